@@ -1,0 +1,29 @@
+"""The `gridroute` command line: one verb per process or tool."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="gridroute: cross-site LLM routing.")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    from gridroute import __version__
+
+    typer.echo(__version__)
+
+
+@app.command()
+def demo() -> None:
+    """Run the local grid demo (until it exists: the seed simulation)."""
+    typer.echo("gridroute demo: the local grid is not built yet; nothing to run.")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
