@@ -1,0 +1,76 @@
+"""The gateway's own in-flight count per candidate, with a short history.
+
+The seed admits "the gateway keeps no count of its own requests". gridroute does:
+every request start has exactly one end, and the count at any recent instant can be
+read back, so a polled reading taken at `sampled_at` can be corrected by what this
+gateway sent and saw finish since: estimate = polled - own(sampled_at) + own(now).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+
+class AccountingError(RuntimeError):
+    """An end without a start: a bug in the caller, never silently absorbed."""
+
+
+class OwnLoad:
+    """Per-candidate own in-flight counts; `history_s` of change points are kept."""
+
+    __slots__ = ("_times", "_values", "counts", "history_s", "resolution_s")
+
+    def __init__(self, history_s: float = 30.0, resolution_s: float = 0.005) -> None:
+        self.counts: dict[str, int] = {}
+        self.history_s = history_s
+        self.resolution_s = resolution_s
+        self._times: dict[str, list[float]] = {}
+        self._values: dict[str, list[int]] = {}
+
+    def _record(self, key: str, now: float, value: int) -> None:
+        times = self._times.get(key)
+        if times is None:
+            self._times[key] = [now]
+            self._values[key] = [value]
+            return
+        values = self._values[key]
+        if now - times[-1] < self.resolution_s:
+            values[-1] = value
+            return
+        times.append(now)
+        values.append(value)
+        if len(times) > 4096 and now - times[0] > self.history_s:
+            cut = bisect_right(times, now - self.history_s) - 1
+            if cut > 0:
+                del times[:cut]
+                del values[:cut]
+
+    def start(self, key: str, now: float) -> None:
+        """A request to `key` is now in flight."""
+        value = self.counts.get(key, 0) + 1
+        self.counts[key] = value
+        self._record(key, now, value)
+
+    def end(self, key: str, now: float) -> None:
+        """A request to `key` ended (answered, failed, cancelled or retried elsewhere)."""
+        value = self.counts.get(key, 0) - 1
+        if value < 0:
+            raise AccountingError(f"end without start for {key}")
+        self.counts[key] = value
+        self._record(key, now, value)
+
+    def now(self, key: str) -> int:
+        return self.counts.get(key, 0)
+
+    def at(self, key: str, t: float) -> int:
+        """The count at time `t` (0 before the first change; exact within `history_s`)."""
+        times = self._times.get(key)
+        if not times:
+            return 0
+        i = bisect_right(times, t) - 1
+        if i < 0:
+            return 0
+        return self._values[key][i]
+
+    def total(self) -> int:
+        return sum(self.counts.values())

@@ -1,0 +1,332 @@
+"""GridState: what one gateway has learned about every candidate, refreshed per poll.
+
+`refresh` is the only place state changes: it folds the newest samples into each
+candidate's window, ceiling, rho, liveness and fullness, latches per-model shedding,
+and returns an immutable `Snapshot` that requests read until the next poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gridroute.core import ceiling as ceil
+from gridroute.core.accounting import OwnLoad
+from gridroute.core.candidate import Candidate, Health
+from gridroute.core.liveness import Live, Liveness, first_seen, step
+from gridroute.core.sample import Sample
+from gridroute.core.settings import AvailabilitySettings
+from gridroute.core.view import ModelPlan, SiteView
+from gridroute.core.window import Reading, SampleWindow
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """Mutable per-candidate learning state (private to GridState)."""
+
+    window: SampleWindow
+    learned: ceil.CeilingState
+    liveness: Liveness | None = None
+    full_since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything a decision reads, as of `at`. Swapped by reference; never mutated."""
+
+    at: float
+    settings: AvailabilitySettings
+    views: tuple[SiteView, ...]
+    shedding: frozenset[str]
+    plans: dict[str, ModelPlan] = field(default_factory=dict)
+
+    def plan(self, model: str) -> ModelPlan | None:
+        """The plan for `model` (built on first use for catch-all candidates); None if unknown."""
+        plan = self.plans.get(model)
+        if plan is None:
+            serving = tuple(v for v in self.views if v.candidate.serves(model))
+            if not serving:
+                return None
+            plan = build_plan(model, serving, self.settings)
+            self.plans[model] = plan
+        return plan
+
+    def view(self, key: str) -> SiteView | None:
+        for v in self.views:
+            if v.key == key:
+                return v
+        return None
+
+
+def _mean_known(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None and v > 0]
+    return sum(known) / len(known) if known else None
+
+
+def build_plan(
+    model: str, views: tuple[SiteView, ...], settings: AvailabilitySettings
+) -> ModelPlan:
+    """Classify a model's candidates once per snapshot."""
+    ready = [v for v in views if v.ready]
+    healthy = tuple(v for v in ready if v.measured and v.live is Live.LIVE and not v.demoted)
+    unmeasured = tuple(v for v in ready if not v.measured and not v.demoted)
+    silent = tuple(v for v in ready if v.measured and v.live is not Live.LIVE and not v.demoted)
+    demoted = tuple(v for v in ready if v.demoted)
+    mean = _mean_known([v.capacity for v in views])
+    weights = {v.key: (v.capacity if v.capacity else (mean or 1.0)) for v in views}
+    measured_caps = [weights[v.key] for v in views if v.measured]
+    if measured_caps and settings.explore_floor > 0:
+        lift = settings.explore_floor * max(measured_caps)
+        for v in views:
+            if v.measured and weights[v.key] < lift:
+                weights[v.key] = lift
+    refused: list[tuple[str, str]] = []
+    for v in views:
+        if not v.ready:
+            refused.append((v.site, "unready"))
+        elif v.demoted:
+            refused.append((v.site, "demoted"))
+        elif not v.measured:
+            refused.append((v.site, "unmeasured"))
+        elif v.live is not Live.LIVE:
+            refused.append((v.site, "silent"))
+    return ModelPlan(
+        model=model,
+        views=views,
+        healthy=healthy,
+        healthy_weights=tuple(weights[v.key] for v in healthy),
+        unmeasured=unmeasured,
+        silent=silent,
+        demoted=demoted,
+        front=ready[0] if ready else None,
+        weights=weights,
+        refused=tuple(refused),
+    )
+
+
+class GridState:
+    """One gateway's learned view of the grid. Not thread-safe; one owner refreshes it."""
+
+    def __init__(
+        self,
+        candidates: Sequence[Candidate],
+        settings: AvailabilitySettings | None = None,
+        models: Iterable[str] = (),
+    ) -> None:
+        self.candidates = tuple(candidates)
+        self.settings = settings or AvailabilitySettings()
+        self.models = tuple(models)
+        self._tracked: dict[str, _Tracked] = {}
+        self._shed: set[str] = set()
+        self._last: Snapshot | None = None
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self._last
+
+    def reconfigure(
+        self,
+        candidates: Sequence[Candidate],
+        settings: AvailabilitySettings,
+        models: Iterable[str] = (),
+    ) -> None:
+        """Adopt a new config; learning of candidates that stay is kept."""
+        self.candidates = tuple(candidates)
+        self.settings = settings
+        self.models = tuple(models)
+        keys = {c.key for c in self.candidates}
+        self._tracked = {k: t for k, t in self._tracked.items() if k in keys}
+        if not settings.shedding:
+            self._shed.clear()
+
+    def refresh(
+        self,
+        samples: Iterable[Sample],
+        rounds: Mapping[str, float | None],
+        now: float,
+        health: Mapping[str, Health] | None = None,
+        own: OwnLoad | None = None,
+    ) -> Snapshot:
+        """Fold in `samples` and build the snapshot requests will read.
+
+        `rounds[site]` is the judgement time for that site: for a peer, the end of its
+        operator's last poll round that tried it; for the local site, the time of this
+        read of the operator. A site missing from `rounds` is not judged.
+        """
+        s = self.settings
+        health = health or {}
+        keys = {c.key for c in self.candidates}
+        by_key: dict[str, list[Sample]] = {}
+        for sample in samples:
+            if sample.key in keys:
+                by_key.setdefault(sample.key, []).append(sample)
+        lookback = s.lookback_ms / 1000.0
+        window_s = s.freshness_window_ms / 1000.0
+        views: list[SiteView] = []
+        pending: list[tuple[Candidate, _Tracked, Reading | None, int]] = []
+        for cand in self.candidates:
+            tr = self._tracked.get(cand.key)
+            if tr is None:
+                tr = _Tracked(SampleWindow(cand.key), ceil.CeilingState.empty(now))
+                self._tracked[cand.key] = tr
+            new = 0
+            for smp in sorted(by_key.get(cand.key, ()), key=lambda x: x.at):
+                if tr.window.add(smp):
+                    new += 1
+                    newest = tr.window.newest
+                    assert newest is not None
+                    tr.learned = ceil.teach(tr.learned, newest, s)
+            tr.window.prune(lookback)
+            reading = tr.window.reading(s.queue_full)
+            pending.append((cand, tr, reading, new))
+        own_total = 0.0
+        polled_total = 0.0
+        for cand, _tr, reading, _new in pending:
+            if reading is not None and reading.latest_in_flight is not None:
+                polled_total += reading.latest_in_flight
+                if own is not None:
+                    own_total += own.at(cand.key, reading.sampled_at)
+        share = (
+            1.0
+            if polled_total <= 0
+            else max(min(own_total / polled_total, 1.0), s.fair_share_floor)
+        )
+        for index, (cand, tr, reading, new) in enumerate(pending):
+            views.append(
+                self._view(cand, index, tr, reading, new, rounds, now, health, own, share, window_s)
+            )
+        snap_views = tuple(views)
+        self._latch(snap_views, now)
+        snapshot = Snapshot(now, s, snap_views, frozenset(self._shed))
+        for model in self.models:
+            snapshot.plan(model)
+        self._last = snapshot
+        return snapshot
+
+    def _view(
+        self,
+        cand: Candidate,
+        index: int,
+        tr: _Tracked,
+        reading: Reading | None,
+        new: int,
+        rounds: Mapping[str, float | None],
+        now: float,
+        health: Mapping[str, Health],
+        own: OwnLoad | None,
+        share: float,
+        window_s: float,
+    ) -> SiteView:
+        s = self.settings
+        hv = health.get(cand.key, Health.UNKNOWN)
+        if reading is None:
+            return SiteView(
+                cand,
+                index,
+                False,
+                True,
+                None,
+                hv,
+                None,
+                None,
+                None,
+                s.ceiling_floor,
+                None,
+                None,
+                None,
+                False,
+                False,
+                True,
+                None,
+                0.0,
+                0,
+                0.0,
+            )
+        judge = rounds.get(cand.site)
+        if tr.liveness is None:
+            tr.liveness = first_seen(reading.sampled_at, judge, window_s)
+        else:
+            tr.liveness = step(tr.liveness, reading.sampled_at, judge, window_s)
+        learned = tr.learned
+        learning = reading.generation is not None and learned.generation == reading.generation
+        soft = learned.soft if learning else None
+        hard = learned.hard if learning else None
+        ceiling = ceil.effective_ceiling(soft, hard, reading.capacity, s.ceiling_floor)
+        if new or learned.rho is None:
+            tr.learned = ceil.smooth(learned, reading, new, ceiling, s)
+        rho = tr.learned.rho
+        # Fullness: a sample within room_after_ms of the newest shows work waiting with
+        # in-flight at or over the ceiling; "full" once that has held for full_after_ms.
+        recent = tr.window.reading(
+            s.queue_full, since=reading.sampled_at - s.room_after_ms / 1000.0
+        )
+        congested = (
+            recent is not None
+            and recent.congested_in_flight is not None
+            and recent.congested_in_flight >= ceiling
+        )
+        if not congested:
+            tr.full_since = None
+        elif tr.full_since is None:
+            tr.full_since = now
+        full = tr.full_since is not None and now - tr.full_since >= s.full_after_ms / 1000.0
+        relieved = not congested
+        kv_rho = None if reading.kv_usage is None else reading.kv_usage / s.kv_full
+        latest = reading.latest_in_flight or 0.0
+        own_s = own.at(cand.key, reading.sampled_at) if own is not None else 0
+        base = max(latest - own_s, 0.0)
+        free = max(ceiling - latest, 0.0)
+        budget = own_s + free * share
+        return SiteView(
+            candidate=cand,
+            index=index,
+            measured=True,
+            ready=not reading.unready,
+            live=tr.liveness.state,
+            health=hv,
+            capacity=reading.capacity,
+            soft=soft,
+            hard=hard,
+            ceiling=ceiling,
+            rho=rho,
+            queued=reading.queued,
+            kv_rho=kv_rho,
+            congested=congested,
+            full=full,
+            relieved=relieved,
+            sampled_at=reading.sampled_at,
+            base=base,
+            own_at_sample=own_s,
+            budget=budget,
+        )
+
+    def _latch(self, views: tuple[SiteView, ...], now: float) -> None:
+        """Per-model shedding: the seed's time latches plus the PR's rho hysteresis."""
+        s = self.settings
+        if not s.shedding:
+            self._shed.clear()
+            return
+        models = set(self.models) | set(self._shed)
+        for model in models:
+            healthy = [
+                v
+                for v in views
+                if v.candidate.serves(model)
+                and v.ready
+                and v.measured
+                and v.live is Live.LIVE
+                and not v.demoted
+            ]
+            judgeable = bool(healthy) and all(
+                v.queued is not None and v.rho is not None for v in healthy
+            )
+            if not judgeable:
+                self._shed.discard(model)
+                continue
+            rhos = [v.rho for v in healthy if v.rho is not None]
+            if model in self._shed:
+                leave = any(v.relieved for v in healthy) or min(rhos) < s.route_below_rho
+                if leave:
+                    self._shed.discard(model)
+            elif all(v.full for v in healthy) and min(rhos) > s.shed_above_rho:
+                self._shed.add(model)

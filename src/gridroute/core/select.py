@@ -1,0 +1,296 @@
+"""The per-request pick: which candidate serves this request, or why none does.
+
+Order of rules (site-selection.txt, "Site choice"):
+
+1. A model latched as shed answers 429 (policy `saturation`); under `gridroute` a shed
+   model still routes a request to a site where this gateway has room (admission).
+2. Pressure tiers among healthy candidates (ready, live, measured, not demoted):
+   queue-free with room, queued with room, not marked full, every healthy one.
+   Affinity narrows only within the chosen tier.
+3. In a tier with room and fresh rho everywhere: >= 3 sites, two distinct draws by
+   capacity and the lower rho wins (`pressure_p2c`); 2 sites, capacity / (1 + rho) with
+   each share clamped to 10-90 % (`pressure_weighted`); 1 site (`single`). Missing rho:
+   capacity draw (`capacity`). Overflow tiers keep the sites tied on the least queue and
+   draw by capacity (`queue_tie` for "not full", `saturated` for "all healthy").
+4. Nothing healthy: live unmeasured candidates, then silent ones take it (`fallback`);
+   then demoted ones (`last_resort`); then the front ready candidate (`last_resort`).
+
+Policies: `first` takes the front healthy candidate (the ranked-first path of the seed
+when nothing ranks); `saturation` is the seed PR's rule on reported rho; `gridroute`
+reads rho counted from this gateway's own in-flight (local accounting), admits by its
+fair share of each site's free room, and can hold requests in an admission queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from random import Random
+
+from gridroute.core.grid import Snapshot
+from gridroute.core.view import ModelPlan, SiteView
+
+TWO_SITE_SHARE = (0.1, 0.9)
+RETRY_AFTER_S = (3, 4, 5, 6, 7)
+
+
+class Policy(StrEnum):
+    FIRST = "first"
+    SATURATION = "saturation"
+    GRIDROUTE = "gridroute"
+
+
+class Outcome(StrEnum):
+    ROUTE = "route"
+    SHED = "shed"
+    """429 rate_limit_exceeded / capacity_exhausted, with Retry-After."""
+    HOLD = "hold"
+    """gridroute admission queue: wait for room, then decide again."""
+    NO_SITE = "no_site"
+    """503 no_healthy_site: the model is known but no candidate is ready."""
+    UNKNOWN_MODEL = "unknown_model"
+    """404 model_not_found."""
+
+
+class Path(StrEnum):
+    """Which arm chose (label values of grid_route_selections_total{path})."""
+
+    PRESSURE_P2C = "pressure_p2c"
+    PRESSURE_WEIGHTED = "pressure_weighted"
+    SINGLE = "single"
+    CAPACITY = "capacity"
+    QUEUE_TIE = "queue_tie"
+    SATURATED = "saturated"
+    AFFINITY = "affinity"
+    FIRST = "first"
+    FALLBACK = "fallback"
+    LAST_RESORT = "last_resort"
+    SHED = "shed"
+    HOLD = "hold"
+    NONE = "none"
+
+
+class Reason(StrEnum):
+    """Why a candidate was not used (label values of grid_route_decisions_total{reason})."""
+
+    UNREADY = "unready"
+    SILENT = "silent"
+    UNMEASURED = "unmeasured"
+    DEMOTED = "demoted"
+    FULL = "full"
+    SHED = "shed"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    outcome: Outcome
+    path: Path
+    view: SiteView | None = None
+    refused: tuple[tuple[str, str], ...] = ()
+    """(site, reason) for candidates not used and why; bounded label values."""
+    retry_after_s: int | None = None
+    rho: float | None = None
+    """The rho the pick compared (counted under gridroute, reported otherwise)."""
+
+    @property
+    def key(self) -> str | None:
+        return None if self.view is None else self.view.key
+
+
+def _draw(views: Sequence[SiteView], weights: Sequence[float], rng: Random, skip: int = -1) -> int:
+    """Index of a capacity-weighted draw over `views`, never `skip`."""
+    total = 0.0
+    for i, w in enumerate(weights):
+        if i != skip:
+            total += w
+    if total <= 0.0:
+        choices = [i for i in range(len(views)) if i != skip]
+        return choices[int(rng.random() * len(choices))]
+    x = rng.random() * total
+    last = -1
+    for i, w in enumerate(weights):
+        if i == skip:
+            continue
+        last = i
+        x -= w
+        if x < 0.0:
+            return i
+    return last
+
+
+def _pick_pressure(
+    views: Sequence[SiteView], weights: Sequence[float], rhos: Sequence[float], rng: Random
+) -> tuple[int, Path]:
+    n = len(views)
+    if n == 1:
+        return 0, Path.SINGLE
+    if n == 2:
+        a = weights[0] / (1.0 + rhos[0])
+        b = weights[1] / (1.0 + rhos[1])
+        share = 0.5 if a + b <= 0.0 else a / (a + b)
+        lo, hi = TWO_SITE_SHARE
+        share = min(max(share, lo), hi)
+        return (0 if rng.random() < share else 1), Path.PRESSURE_WEIGHTED
+    i = _draw(views, weights, rng)
+    j = _draw(views, weights, rng, skip=i)
+    return (j if rhos[j] < rhos[i] else i), Path.PRESSURE_P2C
+
+
+def _queue_tie(views: Sequence[SiteView], weights: Sequence[float], rng: Random) -> int:
+    """Keep the sites tied on the least queue depth, then draw by capacity."""
+    best = min((v.queued if v.queued is not None else float("inf")) for v in views)
+    idx = [
+        i
+        for i, v in enumerate(views)
+        if (v.queued if v.queued is not None else float("inf")) == best
+    ]
+    if len(idx) == 1:
+        return idx[0]
+    return idx[_draw([views[i] for i in idx], [weights[i] for i in idx], rng)]
+
+
+def _retry_after(rng: Random) -> int:
+    return RETRY_AFTER_S[int(rng.random() * len(RETRY_AFTER_S))]
+
+
+def _fallthrough(plan: ModelPlan, rng: Random, refused: tuple[tuple[str, str], ...]) -> Decision:
+    """Nothing healthy: unmeasured, then silent (fallback), demoted, front (last resort)."""
+    for group, path in (
+        (plan.unmeasured, Path.FALLBACK),
+        (plan.silent, Path.FALLBACK),
+        (plan.demoted, Path.LAST_RESORT),
+    ):
+        if group:
+            w = [plan.weights[v.key] for v in group]
+            return Decision(Outcome.ROUTE, path, group[_draw(group, w, rng)], refused)
+    if plan.front is not None:
+        return Decision(Outcome.ROUTE, Path.LAST_RESORT, plan.front, refused)
+    return Decision(Outcome.NO_SITE, Path.NONE, None, refused)
+
+
+def decide(
+    snapshot: Snapshot,
+    model: str,
+    rng: Random,
+    policy: Policy = Policy.GRIDROUTE,
+    own: Mapping[str, int] | None = None,
+    affinity: str | None = None,
+    can_hold: bool = True,
+    exclude: frozenset[str] = frozenset(),
+) -> Decision:
+    """Choose a candidate for one request to `model`.
+
+    `own` is this gateway's in-flight per key now (gridroute reads it); `affinity` a
+    preferred key (session/prefix), honoured only inside the chosen tier; `can_hold`
+    false once a held request has waited `max_queue_ms`; `exclude` keys already tried
+    by this request (a retry goes to another site).
+    """
+    plan = snapshot.plan(model)
+    if plan is None:
+        return Decision(Outcome.UNKNOWN_MODEL, Path.NONE)
+    s = snapshot.settings
+    shed = model in snapshot.shedding
+    if shed and policy is not Policy.GRIDROUTE:
+        return Decision(
+            Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), _retry_after(rng)
+        )
+    healthy = plan.healthy
+    weights = plan.healthy_weights
+    if exclude:
+        keep = [i for i, v in enumerate(healthy) if v.key not in exclude]
+        healthy = tuple(healthy[i] for i in keep)
+        weights = tuple(weights[i] for i in keep)
+    refused = plan.refused
+    if not healthy:
+        if exclude:
+            plan = _without(plan, exclude)
+        return _fallthrough(plan, rng, refused)
+    if policy is Policy.FIRST:
+        return Decision(Outcome.ROUTE, Path.FIRST, healthy[0], refused, None, healthy[0].rho)
+
+    counted = policy is Policy.GRIDROUTE
+    n = len(healthy)
+    rhos: list[float | None] = [None] * n
+    room: list[bool] = [False] * n
+    if counted:
+        counts = own or {}
+        fair = s.fair_share
+        for i, v in enumerate(healthy):
+            mine = counts.get(v.candidate.key, 0)
+            est = v.base + mine if s.local_accounting else v.base + v.own_at_sample
+            r = est / v.ceiling
+            if v.kv_rho is not None and v.kv_rho > r:
+                r = v.kv_rho
+            rhos[i] = r
+            room[i] = (mine + 1 <= v.budget) if fair else (est + 1 <= v.ceiling)
+    else:
+        for i, v in enumerate(healthy):
+            rhos[i] = v.rho
+            room[i] = v.rho is not None and v.rho < 1.0
+
+    # Tiers with room: queue-free first, then queued.
+    for want_queued in (False, True):
+        tier = [i for i in range(n) if room[i] and healthy[i].is_queued == want_queued]
+        if tier:
+            return _in_room(healthy, weights, rhos, tier, rng, affinity, refused)
+
+    if counted and s.max_queue_ms > 0 and can_hold:
+        return Decision(Outcome.HOLD, Path.HOLD, None, refused)
+    if counted and (shed or (s.max_queue_ms > 0 and s.queue_overflow == "shed")):
+        return Decision(
+            Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), _retry_after(rng)
+        )
+    full_refused = refused + tuple((v.site, Reason.FULL.value) for v in healthy)
+    tier = [i for i in range(n) if not healthy[i].full]
+    path = Path.QUEUE_TIE
+    if not tier:
+        tier = list(range(n))
+        path = Path.SATURATED
+    views = [healthy[i] for i in tier]
+    if affinity is not None:
+        for k, v in enumerate(views):
+            if v.key == affinity:
+                return Decision(Outcome.ROUTE, Path.AFFINITY, v, full_refused, None, rhos[tier[k]])
+    k = _queue_tie(views, [weights[i] for i in tier], rng)
+    return Decision(Outcome.ROUTE, path, views[k], full_refused, None, rhos[tier[k]])
+
+
+def _in_room(
+    healthy: Sequence[SiteView],
+    weights: Sequence[float],
+    rhos: Sequence[float | None],
+    tier: list[int],
+    rng: Random,
+    affinity: str | None,
+    refused: tuple[tuple[str, str], ...],
+) -> Decision:
+    if affinity is not None:
+        for i in tier:
+            if healthy[i].key == affinity:
+                return Decision(Outcome.ROUTE, Path.AFFINITY, healthy[i], refused, None, rhos[i])
+    views = [healthy[i] for i in tier]
+    w = [weights[i] for i in tier]
+    tier_rhos = [rhos[i] for i in tier]
+    if all(r is not None for r in tier_rhos):
+        k, path = _pick_pressure(views, w, [r for r in tier_rhos if r is not None], rng)
+    else:
+        k, path = _draw(views, w, rng), Path.CAPACITY
+    return Decision(Outcome.ROUTE, path, views[k], refused, None, tier_rhos[k])
+
+
+def _without(plan: ModelPlan, exclude: frozenset[str]) -> ModelPlan:
+    """The plan minus already-tried keys (retries go elsewhere when anything else exists)."""
+    from dataclasses import replace
+
+    def keep(group: tuple[SiteView, ...]) -> tuple[SiteView, ...]:
+        return tuple(v for v in group if v.key not in exclude)
+
+    front = plan.front if plan.front is not None and plan.front.key not in exclude else None
+    return replace(
+        plan,
+        unmeasured=keep(plan.unmeasured),
+        silent=keep(plan.silent),
+        demoted=keep(plan.demoted),
+        front=front,
+    )

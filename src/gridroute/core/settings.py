@@ -1,0 +1,64 @@
+"""Availability settings: the one source of truth for every selection default.
+
+Field names carry their units (`_ms`, `_s`). The gateway config embeds this model
+under `availability`, the simulator's scenarios too, so a default is written once.
+Defaults follow the public reference implementation (praxis-proxy Grid,
+`AvailabilitySettings::default`) where it has one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class AvailabilitySettings(BaseModel):
+    """How sites are judged full, silent and learned; how a model sheds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shedding: bool = False
+    """The one switch: refuse with 429 once every healthy site is full."""
+    full_after_ms: int = Field(5000, ge=0)
+    """A site must show work waiting at its ceiling this long before it counts as full."""
+    room_after_ms: int = Field(2000, ge=0)
+    """A shed model routes again once no sample has shown a full site for this long."""
+    queue_full: float = Field(1.0, ge=0)
+    """Per-endpoint queue depth at which an instant counts as backlogged."""
+    shed_above_rho: float = Field(1.05, gt=0)
+    """Per-snapshot hysteresis: enter shedding only while every site's rho is above this."""
+    route_below_rho: float = Field(0.95, gt=0)
+    """Per-snapshot hysteresis: leave shedding as soon as a site's rho is below this."""
+    smoothing: float = Field(0.3, gt=0, le=1)
+    """EWMA weight of each new sample in the reported rho."""
+    ceiling_half_life_ms: int = Field(600_000, gt=0)
+    """Learned ceilings decay (soft) or relax (hard) by half per half-life once load falls."""
+    ceiling_floor: float = Field(8.0, ge=1)
+    """No learned ceiling is ever below this many requests."""
+    explore_floor: float = Field(0.25, ge=0, le=1)
+    """Every measured capacity weighs at least this fraction of the largest one."""
+    kv_full: float = Field(0.8, gt=0, le=1)
+    """KV-cache usage that counts as rho 1 (llm-d's per-endpoint kv/0.8)."""
+    lookback_ms: int = Field(5000, gt=0)
+    """Worst-of window behind a site's newest sample (3 scrapes + 2 s at 1 s scrapes)."""
+    freshness_window_ms: int = Field(5000, gt=0)
+    """A site that sends nothing new for this long (judged at poll-round ends) is silent."""
+    max_queue_ms: int = Field(0, ge=0)
+    """Admission queue: hold a request at the gateway up to this long when every site is at
+    its ceiling (gridroute policy only). 0 disables the queue."""
+    queue_overflow: Literal["forward", "shed"] = "forward"
+    """What a request held past `max_queue_ms` does: forward to the overflow tiers or shed."""
+    local_accounting: bool = True
+    """gridroute policy: correct polled in-flight by this gateway's own sends since the sample."""
+    fair_share: bool = True
+    """gridroute policy: keep to this gateway's share of each site's free room."""
+    fair_share_floor: float = Field(0.05, ge=0, le=1)
+    """Smallest share of a site's free room a gateway may claim (so a new gateway is not
+    starved by a share measured while it sent nothing)."""
+
+    @model_validator(mode="after")
+    def _hysteresis_ordered(self) -> AvailabilitySettings:
+        if self.route_below_rho > self.shed_above_rho:
+            raise ValueError("availability.route_below_rho must be <= availability.shed_above_rho")
+        return self

@@ -1,0 +1,91 @@
+"""Frozen per-refresh views of every candidate, and per-model plans built from them.
+
+A view is everything the request path needs about one candidate, computed once per
+poll, so that a decision touches only floats and the gateway's own counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gridroute.core.candidate import Candidate, Health
+from gridroute.core.liveness import Live
+
+
+@dataclass(frozen=True, slots=True)
+class SiteView:
+    candidate: Candidate
+    index: int
+    """Position in config order (local first): the "front" is the lowest index."""
+    measured: bool
+    """The candidate publishes load (rows were received for it)."""
+    ready: bool
+    live: Live | None
+    """None for unmeasured candidates (never judged)."""
+    health: Health
+    capacity: float | None
+    """Declared capacity (maxRunning x ready), when known."""
+    soft: float | None
+    hard: float | None
+    ceiling: float
+    rho: float | None
+    """Reported rho: smoothed, from the site's own samples."""
+    queued: float | None
+    """Worst per-endpoint queue in the window; None when no queue series is published."""
+    kv_rho: float | None
+    """KV pressure alone (kv_usage / kv_full), folded into counted rho per request."""
+    congested: bool
+    full: bool
+    """At its ceiling with work waiting for at least full_after_ms ("marked full")."""
+    relieved: bool
+    sampled_at: float | None
+    base: float
+    """Others' in-flight at the newest sample: polled total minus this gateway's own then."""
+    own_at_sample: int
+    budget: float
+    """This gateway's fair share of the site: own at sample + its share of the free room."""
+
+    @property
+    def key(self) -> str:
+        return self.candidate.key
+
+    @property
+    def site(self) -> str:
+        return self.candidate.site
+
+    @property
+    def provider(self) -> str:
+        return self.candidate.provider
+
+    @property
+    def demoted(self) -> bool:
+        return self.health is Health.DOWN
+
+    @property
+    def is_queued(self) -> bool:
+        return self.queued is not None and self.queued >= 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPlan:
+    """The candidates of one model, sorted into the classes the pick walks through."""
+
+    model: str
+    views: tuple[SiteView, ...]
+    """Every candidate serving the model, config order."""
+    healthy: tuple[SiteView, ...]
+    """Ready, live, measured, not demoted: the pressure tiers choose among these."""
+    healthy_weights: tuple[float, ...]
+    unmeasured: tuple[SiteView, ...]
+    """Ready, not demoted, publishing no load: a fallback only."""
+    silent: tuple[SiteView, ...]
+    """Ready, not demoted, measured but silent or returning: a fallback when all are."""
+    demoted: tuple[SiteView, ...]
+    """Ready but failing health checks: a last resort while admitted."""
+    front: SiteView | None
+    """The front ready candidate: the last resort when signals and health are all down."""
+    weights: dict[str, float] = field(default_factory=dict)
+    """Draw weight per key: capacity, unknown as the mean known, lifted by the explore floor."""
+    refused: tuple[tuple[str, str], ...] = ()
+    """(site, reason) for candidates excluded before any pick: unready, silent, unmeasured,
+    demoted. Precomputed so the request path does not rebuild it."""
