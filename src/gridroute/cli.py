@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from gridroute.local.fakeserver_cli import fake_server
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="gridroute: cross-site LLM routing.")
+app.command("fake-server")(fake_server)
 
 
 @app.command()
