@@ -1,0 +1,360 @@
+"""The `/signals` relay payload: samples of every site as timestamped Prometheus text.
+
+One poll of an operator's `/signals` is how every site's load reaches a gateway and
+a peer operator, so the format is the contract between processes. It is the
+Prometheus text format (Prometheus can scrape it too), one line per field of a
+`Sample`, every line labelled with the site that was verified for it and the
+provider, and stamped with the time it was measured (milliseconds, the serving
+operator's clock)::
+
+    llm_d_epp_average_running_requests{grid_site="west",grid_provider="pool-a"} 3.5 1700000000123
+    grid_provider_config_generation{grid_site="west",grid_provider="pool-a"} 42 1700000000123
+    grid_signals_poll_round_end_timestamp_seconds{grid_site="east"} 1700000000.5 1700000000500
+
+Lines with one (site, provider, stamp) are one sample. The five load fields use the
+llm-d EPP names because the operator relays exactly what the EPP convention means
+(per-endpoint averages, ready endpoints, held, deepest queue); docs/signals.md has
+the table. Names of sites and providers are restricted to `NAME_PATTERN` so no
+label ever needs escaping and a reader can parse strictly.
+
+Bounds, both sides:
+* `encode_relay` keeps the body under a byte budget (768 KiB) by cutting, in order,
+  older samples, then the detail fields of the newest samples, then whole newest
+  samples (peers' stalest first, this site's own last), and returns what it cut.
+* `decode_relay` refuses a body over 1 MiB, reads at most `max_lines` rows and
+  `max_providers` providers per site, and drops rows it cannot trust, by reason.
+
+Time: a row's age is the responder's `Date` minus the row's stamp, re-based onto
+the reader's clock (`at = stamp + offset`, `offset = received_at - Date`), so clock
+skew between sites never enters. The caller chooses `offset` (the poller keeps it
+steady across polls so a row read twice keeps one local time).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gridroute.core.sample import Sample
+
+RELAY_BUDGET_BYTES = 768 * 1024
+"""The operator keeps a `/signals` body under this size."""
+READ_LIMIT_BYTES = 1024 * 1024
+"""A reader refuses a body over this size (`too_large`) without reading it whole."""
+PEER_MAX_LINES = 4096
+"""Rows read from one peer per poll."""
+PEER_MAX_PROVIDERS = 64
+"""Providers accepted per site (the first ones in the body)."""
+SKEW_AHEAD_S = 1.0
+"""A row stamped more than this after the responder's Date is refused (`skew`)."""
+SKEW_BEHIND_S = 86_400.0
+"""A row stamped more than this before the responder's Date is refused (`skew`)."""
+
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
+"""Site and provider names: DNS-label-like, so labels never need escaping."""
+NAME_RE = re.compile(NAME_PATTERN)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+ROUND_END = "grid_signals_poll_round_end_timestamp_seconds"
+
+# Sample attribute -> series name, in the order lines are written.
+FIELDS: tuple[tuple[str, str], ...] = (
+    ("running", "llm_d_epp_average_running_requests"),
+    ("waiting", "llm_d_epp_average_queue_size"),
+    ("ready", "llm_d_epp_ready_endpoints"),
+    ("held", "llm_d_epp_flow_control_queue_size"),
+    ("generation", "grid_provider_config_generation"),
+    ("deepest_queue", "llm_d_epp_per_endpoint_queue_size"),
+    ("kv_usage", "llm_d_epp_average_kv_cache_utilization"),
+    ("max_running", "grid_provider_max_running"),
+)
+CORE_FIELDS = frozenset({"running", "waiting", "ready", "held", "generation"})
+"""Fields a reading cannot do without; the others are cut first when over budget."""
+_BY_NAME = {name: attr for attr, name in FIELDS}
+
+
+class Store(StrEnum):
+    """Whose rows were cut: this site's own providers or rows relayed from peers."""
+
+    LOCAL = "local"
+    PEER = "peer"
+
+
+class Cut(StrEnum):
+    """What was cut to fit the budget, least important first."""
+
+    HISTORY = "history"
+    """Older samples of a provider (its newest was kept)."""
+    DETAIL = "detail"
+    """Deepest queue, KV usage and maxRunning of a newest sample."""
+    LATEST = "latest"
+    """The newest sample of a provider: the provider is missing from the body."""
+
+
+class DropReason(StrEnum):
+    """Why a reader refused a row (`grid_signals_ingest_dropped_total{reason}`)."""
+
+    SKEW = "skew"
+    SITE_MISMATCH = "site_mismatch"
+    CAP = "cap"
+    PARSE = "parse"
+
+
+class RelayTooLarge(ValueError):
+    """A body over the read limit; the poll result is `too_large`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A `/signals` body and the rows left out of it, by (store, cut)."""
+
+    body: bytes
+    rows: int
+    cut: Mapping[tuple[Store, Cut], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One decoded sample, re-based onto the reader's clock, with the responder's stamp.
+
+    `stamp_ms` identifies the sample across polls (the same row read twice has the
+    same stamp), which is how stores drop a row they already hold.
+    """
+
+    stamp_ms: int
+    sample: Sample
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """What a reader accepted from one body, and what it refused."""
+
+    received: tuple[Received, ...]
+    round_ends: Mapping[str, float]
+    """Peer site -> end of the responder's last poll round that tried it (reader's clock)."""
+    dropped: Mapping[DropReason, int] = field(default_factory=dict)
+    lines: int = 0
+
+    @property
+    def samples(self) -> tuple[Sample, ...]:
+        return tuple(r.sample for r in self.received)
+
+
+# --- encoding -----------------------------------------------------------------------
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def _rows_of(sample: Sample, stamp: int, attrs: Iterable[str]) -> list[tuple[int, bytes]]:
+    labels = f'{{grid_site="{sample.site}",grid_provider="{sample.provider}"}} '
+    out: list[tuple[int, bytes]] = []
+    for index, (attr, name) in enumerate(FIELDS):
+        if attr not in attrs:
+            continue
+        value = getattr(sample, attr)
+        if value is None or not math.isfinite(value):
+            continue
+        out.append((index, f"{name}{labels}{_number(float(value))} {stamp}\n".encode()))
+    return out
+
+
+_CORE = tuple(a for a, _ in FIELDS if a in CORE_FIELDS)
+_DETAIL = tuple(a for a, _ in FIELDS if a not in CORE_FIELDS)
+_ALL = tuple(a for a, _ in FIELDS)
+
+
+def encode_relay(
+    histories: Iterable[Sequence[Sample]],
+    round_ends: Mapping[str, float],
+    *,
+    local_site: str,
+    budget: int = RELAY_BUDGET_BYTES,
+) -> Encoded:
+    """Render provider histories (each oldest -> newest) and peers' round ends as a body.
+
+    Rows are admitted by importance until `budget` bytes: round ends; the core fields
+    of every provider's newest sample; their detail fields; then older samples, newest
+    first. Within a tier this site's own rows come before peers' rows and fresher
+    before staler. Everything not admitted is counted in `Encoded.cut`.
+    """
+    # Tiers of groups: (peer?, fresher-first key, rows of one sample, store, cut kind).
+    # A group is admitted whole, so a reader never sees half a sample (a sample
+    # missing its ready row would read as ready).
+    # Detail and history of a provider whose newest sample was cut are cut too.
+    Group = tuple[int, float, list[tuple[int, bytes]], Store, Cut, str]
+    tiers: list[list[Group]] = [[], []]
+    history_tiers: list[list[Group]] = []
+    for history in histories:
+        if not history:
+            continue
+        newest = history[-1]
+        store = Store.LOCAL if newest.site == local_site else Store.PEER
+        peer = 0 if store is Store.LOCAL else 1
+        stamp = round(newest.at * 1000)
+        key = newest.key
+        tiers[0].append((peer, -newest.at, _rows_of(newest, stamp, _CORE), store, Cut.LATEST, key))
+        detail = _rows_of(newest, stamp, _DETAIL)
+        if detail:
+            tiers[1].append((peer, -newest.at, detail, store, Cut.DETAIL, key))
+        for depth, older in enumerate(reversed(history[:-1])):
+            while len(history_tiers) <= depth:
+                history_tiers.append([])
+            rows_old = _rows_of(older, round(older.at * 1000), _ALL)
+            history_tiers[depth].append((peer, -older.at, rows_old, store, Cut.HISTORY, key))
+    tiers.extend(history_tiers)
+
+    ends = [
+        f'{ROUND_END}{{grid_site="{site}"}} {t:.3f} {round(t * 1000)}\n'.encode()
+        for site, t in sorted(round_ends.items())
+    ]
+    header_cost = 64 * (len(FIELDS) + 1)
+    used = header_cost + sum(len(e) for e in ends)
+    kept: list[list[bytes]] = [[] for _ in FIELDS]
+    cut: Counter[tuple[Store, Cut]] = Counter()
+    admitted: set[str] | None = None  # None while every newest sample fits
+    for level, tier in enumerate(tiers):
+        sizes = [sum(len(line) for _, line in group[2]) for group in tier]
+        if admitted is None and used + sum(sizes) <= budget:
+            for group in tier:
+                for index, line in group[2]:
+                    kept[index].append(line)
+            used += sum(sizes)
+            continue
+        if level == 0:
+            admitted = set()
+        order = sorted(range(len(tier)), key=lambda i: (tier[i][0], tier[i][1]))
+        for i in order:
+            _, _, rows_of_group, store, kind, key = tier[i]
+            fits = used + sizes[i] <= budget
+            if fits and (admitted is None or level == 0 or key in admitted):
+                used += sizes[i]
+                for index, line in rows_of_group:
+                    kept[index].append(line)
+                if level == 0 and admitted is not None:
+                    admitted.add(key)
+            else:
+                cut[(store, kind)] += len(rows_of_group)
+
+    parts: list[bytes] = [b"# gridroute signals v1\n"]
+    rows = 0
+    for (_, name), lines in zip(FIELDS, kept, strict=True):
+        if lines:
+            parts.append(f"# TYPE {name} gauge\n".encode())
+            parts.extend(lines)
+            rows += len(lines)
+    if ends:
+        parts.append(f"# TYPE {ROUND_END} gauge\n".encode())
+        parts.extend(ends)
+        rows += len(ends)
+    return Encoded(body=b"".join(parts), rows=rows, cut=dict(cut))
+
+
+# --- decoding -----------------------------------------------------------------------
+
+_ROW = re.compile(
+    r'(?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)\{grid_site="(?P<site>' + NAME_PATTERN + r')"'
+    r'(?:,grid_provider="(?P<provider>' + NAME_PATTERN + r')")?\} '
+    r"(?P<value>[^ ]{1,32}) (?P<stamp>[0-9]{1,15})"
+)
+
+
+def decode_relay(
+    body: bytes,
+    *,
+    date: float,
+    offset: float,
+    expected_site: str | None = None,
+    max_lines: int = PEER_MAX_LINES,
+    max_providers: int = PEER_MAX_PROVIDERS,
+) -> Decoded:
+    """Accept the rows of a `/signals` body that a reader can trust.
+
+    `date` is the responder's Date header (seconds), `offset` what to add to a
+    responder time to get a reader time. With `expected_site`, only rows about that
+    site are accepted (a peer speaks for itself only). Rows past `max_lines`, or of
+    providers past the first `max_providers` of a site, are dropped as `cap`.
+    Raises `RelayTooLarge` for a body over `READ_LIMIT_BYTES`; never raises on content.
+    """
+    if len(body) > READ_LIMIT_BYTES:
+        raise RelayTooLarge(f"body of {len(body)} bytes over {READ_LIMIT_BYTES}")
+    text = body.decode("utf-8", "replace")
+    dropped: Counter[DropReason] = Counter()
+    fields: dict[tuple[str, str, int], dict[str, float]] = {}
+    providers: dict[str, set[str]] = {}
+    round_ends: dict[str, float] = {}
+    newest_ok_ms = (date + SKEW_AHEAD_S) * 1000.0
+    oldest_ok_ms = (date - SKEW_BEHIND_S) * 1000.0
+    match_row = _ROW.fullmatch
+    lines = 0
+    for line in text.split("\n"):
+        if not line or line[0] == "#":
+            continue
+        lines += 1
+        if lines > max_lines:
+            dropped[DropReason.CAP] += 1
+            continue
+        m = match_row(line.rstrip("\r"))
+        if m is None:
+            dropped[DropReason.PARSE] += 1
+            continue
+        metric, site, provider = m["metric"], m["site"], m["provider"]
+        attr = _BY_NAME.get(metric)
+        if attr is None and metric != ROUND_END:
+            continue  # a newer operator's series: ignored, not an error
+        try:
+            value = float(m["value"])
+        except ValueError:
+            dropped[DropReason.PARSE] += 1
+            continue
+        if not math.isfinite(value) or (attr is None) != (provider is None):
+            dropped[DropReason.PARSE] += 1
+            continue
+        if expected_site is not None and site != expected_site:
+            dropped[DropReason.SITE_MISMATCH] += 1
+            continue
+        stamp = int(m["stamp"])
+        if stamp > newest_ok_ms or stamp < oldest_ok_ms:
+            dropped[DropReason.SKEW] += 1
+            continue
+        if attr is None:
+            round_ends[site] = value + offset
+            continue
+        assert provider is not None
+        seen = providers.setdefault(site, set())
+        if provider not in seen:
+            if len(seen) >= max_providers:
+                dropped[DropReason.CAP] += 1
+                continue
+            seen.add(provider)
+        if attr == "generation" and not value.is_integer():
+            dropped[DropReason.PARSE] += 1
+            continue
+        fields.setdefault((site, provider, stamp), {})[attr] = value
+
+    received = []
+    for (site, provider, stamp), values in fields.items():
+        generation = values.get("generation")
+        sample = Sample(
+            site=site,
+            provider=provider,
+            at=stamp / 1000.0 + offset,
+            running=values.get("running"),
+            waiting=values.get("waiting"),
+            ready=values.get("ready"),
+            held=values.get("held"),
+            deepest_queue=values.get("deepest_queue"),
+            kv_usage=values.get("kv_usage"),
+            max_running=values.get("max_running"),
+            generation=None if generation is None else int(generation),
+        ).sanitized()
+        received.append(Received(stamp_ms=stamp, sample=sample))
+    received.sort(key=lambda r: (r.sample.site, r.sample.provider, r.stamp_ms))
+    return Decoded(
+        received=tuple(received), round_ends=round_ends, dropped=dict(dropped), lines=lines
+    )
