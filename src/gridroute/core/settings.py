@@ -28,7 +28,7 @@ class AvailabilitySettings(BaseModel):
     """Per-endpoint queue depth at which an instant counts as backlogged."""
     shed_above_rho: float = Field(1.05, gt=0)
     """Per-snapshot hysteresis: enter shedding only while every site's rho is above this."""
-    route_below_rho: float = Field(0.95, gt=0)
+    route_below_rho: float = Field(0.95, ge=0)
     """Per-snapshot hysteresis: leave shedding as soon as a site's rho is below this."""
     smoothing: float = Field(0.3, gt=0, le=1)
     """EWMA weight of each new sample in the reported rho."""

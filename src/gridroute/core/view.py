@@ -63,7 +63,9 @@ class SiteView:
 
     @property
     def is_queued(self) -> bool:
-        return self.queued is not None and self.queued >= 1.0
+        """Any work waiting in the window (a queue below `queue_full` still counts here: the
+        site has room by its ceiling, but queue-free sites go first)."""
+        return self.queued is not None and self.queued > 0.0
 
 
 @dataclass(frozen=True, slots=True)

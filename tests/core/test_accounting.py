@@ -1,0 +1,95 @@
+"""Beyond the seed: the gateway counts its own requests (issue 2, "Beyond the seed")."""
+
+from random import Random
+
+import pytest
+
+from gridroute.core import AccountingError, AvailabilitySettings, Outcome, OwnLoad, Path, decide
+
+from .grid_builder import MODEL, Grid, Site
+
+
+def test_own_load_never_goes_negative() -> None:
+    own = OwnLoad()
+    own.start("a", 1.0)
+    own.end("a", 2.0)
+    with pytest.raises(AccountingError):
+        own.end("a", 3.0)
+    assert own.now("a") == 0
+
+
+def test_own_load_reads_back_the_count_at_a_past_instant() -> None:
+    own = OwnLoad(resolution_s=0.0)
+    own.start("a", 1.0)
+    own.start("a", 2.0)
+    own.end("a", 3.0)
+    assert [own.at("a", t) for t in (0.5, 1.0, 1.5, 2.5, 3.5)] == [0, 1, 1, 2, 1]
+
+
+def test_polled_reading_is_corrected_by_what_this_gateway_sent_since() -> None:
+    """'estimate = polled total - own in-flight at sample time + own in-flight now'."""
+    g = Grid(
+        [Site("a", running=0, max_running=10), Site("b", running=0, max_running=10)],
+        AvailabilitySettings(fair_share=False),
+    )
+    snap = g.refresh(1.0)
+    rng = Random(7)
+    # Stale snapshot says both are idle; the gateway fills them by its own counts alone.
+    for i in range(20):
+        d = decide(snap, MODEL, rng, own=g.own.counts)
+        assert d.outcome is Outcome.ROUTE, i
+        assert d.view is not None
+        g.own.start(d.view.key, 1.1)
+    assert g.own.counts == {"a/p": 10, "b/p": 10}
+    d = decide(snap, MODEL, rng, own=g.own.counts)
+    assert d.path in {Path.QUEUE_TIE, Path.SATURATED}  # no room anywhere: overflow tiers
+
+
+def test_saturation_without_accounting_herds_on_a_stale_snapshot() -> None:
+    """The seed's limitation this closes: 'Selection acts on a ratio up to one poll stale'."""
+    g = Grid([Site("a", running=0, max_running=10), Site("b", running=0, max_running=10)])
+    snap = g.refresh(1.0)
+    rng = Random(7)
+    sent = [decide(snap, MODEL, rng, own=g.own.counts).view for _ in range(40)]
+    assert all(v is not None and v.rho == 0 for v in sent)  # 40 sends into 20 slots
+
+
+def test_fair_share_keeps_each_gateway_to_its_share_of_the_free_room() -> None:
+    """'each one keeps to its share of every site's capacity (its own in-flight over the
+    sampled total), so gateways do not herd onto the same site between polls'."""
+    g = Grid([Site("a", running=60, max_running=100), Site("b", running=60, max_running=100)])
+    # At the sample this gateway had 15 of the 60 at each site: a quarter of the traffic.
+    for _ in range(15):
+        g.own.start("a/p", 0.5)
+        g.own.start("b/p", 0.5)
+    snap = g.refresh(2.0, sampled_at=1.0)
+    assert snap.views[0].budget == pytest.approx(15 + 40 * 0.25)
+    rng = Random(3)
+    admitted = 0
+    while decide(snap, MODEL, rng, own=g.own.counts).path not in {Path.QUEUE_TIE, Path.SATURATED}:
+        d = decide(snap, MODEL, rng, own=g.own.counts)
+        assert d.view is not None
+        g.own.start(d.view.key, 2.1)
+        admitted += 1
+    assert admitted == 20  # 10 more at each site, not the 80 free slots
+
+
+def test_a_gateway_with_no_traffic_still_gets_the_floor_share() -> None:
+    g = Grid([Site("a", running=50, max_running=100)])
+    snap = g.refresh(1.0)
+    assert snap.views[0].budget == pytest.approx(50 * 0.05)
+
+
+def test_admission_queue_holds_instead_of_overshooting() -> None:
+    """'Optional admission queue (off by default): when every site is at its ceiling, hold
+    the request at the gateway up to max_queue_ms ... beyond that bound, shed or forward'."""
+    sites = [Site("a", running=10, max_running=10)]
+    off = decide(Grid(sites).refresh(1.0), MODEL, Random(1))
+    assert off.outcome is Outcome.ROUTE  # default: overflow tiers forward it
+    g = Grid(sites, AvailabilitySettings(max_queue_ms=500))
+    snap = g.refresh(1.0)
+    assert decide(snap, MODEL, Random(1)).outcome is Outcome.HOLD
+    assert decide(snap, MODEL, Random(1), can_hold=False).outcome is Outcome.ROUTE
+    g2 = Grid(sites, AvailabilitySettings(max_queue_ms=500, queue_overflow="shed"))
+    d = decide(g2.refresh(1.0), MODEL, Random(1), can_hold=False)
+    assert d.outcome is Outcome.SHED and d.retry_after_s is not None
