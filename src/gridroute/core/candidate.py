@@ -26,10 +26,11 @@ class Candidate:
     """Models served; empty means every model."""
     local: bool = False
     """The gateway's own site (judged at the last read of its operator, not at poll rounds)."""
+    key: str = field(init=False, compare=False)
+    """`site/provider`, computed once: the request path reads it per candidate."""
 
-    @property
-    def key(self) -> str:
-        return f"{self.site}/{self.provider}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.site}/{self.provider}")
 
     def serves(self, model: str) -> bool:
         return not self.models or model in self.models

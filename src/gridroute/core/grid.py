@@ -298,6 +298,7 @@ class GridState:
             base=base,
             own_at_sample=own_s,
             budget=budget,
+            is_queued=reading.queued is not None and reading.queued > 0.0,
         )
 
     def _latch(self, views: tuple[SiteView, ...], now: float) -> None:

@@ -212,28 +212,32 @@ def decide(
     counted = policy is Policy.GRIDROUTE
     n = len(healthy)
     rhos: list[float | None] = [None] * n
-    room: list[bool] = [False] * n
+    free: list[int] = []  # room, queue-free
+    queued: list[int] = []  # room, queued
     if counted:
         counts = own or {}
         fair = s.fair_share
+        accounting = s.local_accounting
         for i, v in enumerate(healthy):
-            mine = counts.get(v.candidate.key, 0)
-            est = v.base + mine if s.local_accounting else v.base + v.own_at_sample
+            mine = counts.get(v.key, 0)
+            est = v.base + (mine if accounting else v.own_at_sample)
             r = est / v.ceiling
-            if v.kv_rho is not None and v.kv_rho > r:
-                r = v.kv_rho
+            kv = v.kv_rho
+            if kv is not None and kv > r:
+                r = kv
             rhos[i] = r
-            room[i] = (mine + 1 <= v.budget) if fair else (est + 1 <= v.ceiling)
+            if (mine + 1 <= v.budget) if fair else (est + 1 <= v.ceiling):
+                (queued if v.is_queued else free).append(i)
     else:
         for i, v in enumerate(healthy):
-            rhos[i] = v.rho
-            room[i] = v.rho is not None and v.rho < 1.0
+            r2 = v.rho
+            rhos[i] = r2
+            if r2 is not None and r2 < 1.0:
+                (queued if v.is_queued else free).append(i)
 
     # Tiers with room: queue-free first, then queued.
-    for want_queued in (False, True):
-        tier = [i for i in range(n) if room[i] and healthy[i].is_queued == want_queued]
-        if tier:
-            return _in_room(healthy, weights, rhos, tier, rng, affinity, refused)
+    if free or queued:
+        return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)
 
     if counted and s.max_queue_ms > 0 and can_hold:
         return Decision(Outcome.HOLD, Path.HOLD, None, refused)

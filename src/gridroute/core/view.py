@@ -44,10 +44,13 @@ class SiteView:
     own_at_sample: int
     budget: float
     """This gateway's fair share of the site: own at sample + its share of the free room."""
+    is_queued: bool = False
+    """Any work waiting in the window (a queue below `queue_full` still counts here: the
+    site may have room by its ceiling, but queue-free sites go first)."""
+    key: str = field(init=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return self.candidate.key
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.candidate.key)
 
     @property
     def site(self) -> str:
@@ -60,12 +63,6 @@ class SiteView:
     @property
     def demoted(self) -> bool:
         return self.health is Health.DOWN
-
-    @property
-    def is_queued(self) -> bool:
-        """Any work waiting in the window (a queue below `queue_full` still counts here: the
-        site has room by its ceiling, but queue-free sites go first)."""
-        return self.queued is not None and self.queued > 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,91 @@
+"""Decisions per second of the site-selection core, against `random.choice` in the same run.
+
+    .venv/bin/python bench/bench_select.py [--n 200000]
+
+For 3, 10 and 100 sites (capacities 64..256, loads 10-90 %), times `decide` under each
+policy on one core and prints microseconds per decision and the ratio to a plain
+`random.choice` over the same candidate list (the cheapest "router" Python can do).
+Targets (issue 2): 3 sites under 10 us, 100 sites under 100 us, per decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+
+from gridroute.core import (
+    AvailabilitySettings,
+    Candidate,
+    GridState,
+    OwnLoad,
+    Policy,
+    Sample,
+    decide,
+)
+
+
+def build(n_sites: int, seed: int = 1) -> tuple[GridState, OwnLoad]:
+    rng = random.Random(seed)
+    cands = [Candidate(f"s{i}", "p", frozenset({"m"}), local=i == 0) for i in range(n_sites)]
+    state = GridState(cands, AvailabilitySettings(), models=["m"])
+    own = OwnLoad()
+    samples = []
+    for c in cands:
+        cap = rng.choice([64, 128, 256])
+        samples.append(
+            Sample(
+                c.site,
+                "p",
+                1.0,
+                running=cap * rng.uniform(0.1, 0.9),
+                waiting=0.0,
+                ready=1.0,
+                max_running=cap,
+                generation=1,
+            )
+        )
+        for _ in range(rng.randrange(0, 8)):
+            own.start(c.key, 0.5)
+    state.refresh(samples, {c.site: 1.0 for c in cands}, 1.0, {}, own)
+    return state, own
+
+
+def per_call_us(fn: Callable[[], object], n: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, time.perf_counter() - t0)
+    return best / n * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=100_000)
+    args = ap.parse_args()
+    print(
+        f"{'sites':>5} {'policy':>10} {'us/decision':>12} {'decisions/s':>12} "
+        f"{'baseline us':>11} {'ratio':>6}"
+    )
+    for n_sites in (3, 10, 100):
+        state, own = build(n_sites)
+        snap = state.snapshot
+        assert snap is not None
+        rng = random.Random(7)
+        views = list(snap.views)
+        n = args.n if n_sites < 100 else max(args.n // 10, 1000)
+        base = per_call_us(lambda: rng.choice(views), n)
+        counts = own.counts
+        for policy in Policy:
+            us = per_call_us(lambda p=policy: decide(snap, "m", rng, p, counts), n)
+            print(
+                f"{n_sites:>5} {policy.value:>10} {us:>12.2f} {1e6 / us:>12,.0f} "
+                f"{base:>11.3f} {us / base:>6.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
