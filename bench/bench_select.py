@@ -77,10 +77,10 @@ def main() -> None:
         rng = random.Random(7)
         views = list(snap.views)
         n = args.n if n_sites < 100 else max(args.n // 10, 1000)
-        base = per_call_us(lambda: rng.choice(views), n)
+        base = per_call_us(lambda r=rng, vs=views: r.choice(vs), n)
         counts = own.counts
         for policy in Policy:
-            us = per_call_us(lambda p=policy: decide(snap, "m", rng, p, counts), n)
+            us = per_call_us(lambda p=policy, sn=snap, r=rng, c=counts: decide(sn, "m", r, p, c), n)
             print(
                 f"{n_sites:>5} {policy.value:>10} {us:>12.2f} {1e6 / us:>12,.0f} "
                 f"{base:>11.3f} {us / base:>6.1f}"
