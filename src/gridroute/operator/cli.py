@@ -1,0 +1,54 @@
+"""CLI verbs of this package: `gridroute operator` and `gridroute certs init`.
+
+Heavy imports happen inside the commands so `gridroute --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+certs_app = typer.Typer(no_args_is_help=True, help="Site certificates for mutual TLS.")
+
+
+def operator_command(
+    config: Annotated[Path, typer.Option("--config", "-c", help="operator.yaml")],
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+) -> None:
+    """Run a site operator: scrape providers, poll peers, serve /signals."""
+    import asyncio
+    import logging
+
+    from gridroute.operator.config import ConfigError, load_config
+    from gridroute.operator.service import Operator
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    try:
+        asyncio.run(Operator(cfg).run_forever())
+    except KeyboardInterrupt:
+        pass
+
+
+@certs_app.command("init")
+def certs_init(
+    sites: Annotated[str, typer.Option(help="Comma-separated site names, e.g. hub,west,east")],
+    out: Annotated[Path, typer.Option(help="Directory to write ca.* and <site>/* into")],
+    trust_domain: Annotated[str, typer.Option(help="SPIFFE trust domain")] = "gridroute.local",
+) -> None:
+    """Make a CA and per-site server and client certificates (SPIFFE URI SAN per site)."""
+    from gridroute.operator.certs import init_certs
+
+    names = [s.strip() for s in sites.split(",") if s.strip()]
+    if not names:
+        typer.echo("--sites: give at least one site name", err=True)
+        raise typer.Exit(2)
+    init_certs(out, names, trust_domain)
+    for name in names:
+        typer.echo(f"{out}/{name}/server.crt, client.crt: spiffe://{trust_domain}/site/{name}")
