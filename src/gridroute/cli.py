@@ -7,7 +7,9 @@ import typer
 from gridroute.local.fakeserver_cli import fake_server
 from gridroute.operator.cli import certs_app, operator_command
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="gridroute: cross-site LLM routing.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="gridroute: cross-site LLM routing."
+)
 app.command("fake-server")(fake_server)
 app.command("operator")(operator_command)
 app.add_typer(certs_app, name="certs")
