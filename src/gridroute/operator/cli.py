@@ -5,6 +5,7 @@ Heavy imports happen inside the commands so `gridroute --help` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -30,10 +31,8 @@ def operator_command(
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(Operator(cfg).run_forever())
-    except KeyboardInterrupt:
-        pass
 
 
 @certs_app.command("init")

@@ -45,6 +45,8 @@ from gridroute.wire.signals import (
 
 log = logging.getLogger(__name__)
 
+TIME_HEADER = "X-Grid-Time"
+"""Responder's clock in seconds with milliseconds; refines Date's one-second resolution."""
 OFFSET_JUMP_S = 2.0
 """A clock offset that grows by more than this is taken as a real clock step."""
 
@@ -119,6 +121,37 @@ class PollOutcome:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
+class IdentityMismatch(aiohttp.ClientConnectionError):
+    """The responder's verified certificate does not name the expected site."""
+
+
+class _IdentityConnector(aiohttp.TCPConnector):
+    """Checks the responder's URI SAN as each TLS connection is made, before any request
+    is sent on it (so nothing, not even the path, goes to an impostor).
+
+    Hooks aiohttp's `_create_connection`, whose (req, traces, timeout) signature has
+    held across aiohttp 3.x.
+    """
+
+    def __init__(self, identity: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._identity = identity
+
+    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
+        proto = await super()._create_connection(req, traces, timeout)
+        transport = proto.transport
+        sslobj = transport.get_extra_info("ssl_object") if transport is not None else None
+        cert = sslobj.getpeercert() if sslobj is not None else None
+        uris = [v for k, v in (cert or {}).get("subjectAltName", ()) if k == "URI"]
+        if self._identity not in uris:
+            if transport is not None:
+                transport.close()
+            raise IdentityMismatch(
+                f"certificate names {', '.join(uris) or 'no URI'}, expected {self._identity}"
+            )
+        return proto
+
+
 class _Refused(Exception):
     def __init__(self, result: PollResult, message: str) -> None:
         super().__init__(message)
@@ -132,7 +165,12 @@ def _classify_tls(exc: BaseException) -> PollResult | None:
     for _ in range(6):
         if seen is None:
             return None
-        if isinstance(seen, ssl.SSLCertVerificationError | aiohttp.ClientConnectorCertificateError):
+        if isinstance(
+            seen,
+            IdentityMismatch
+            | ssl.SSLCertVerificationError
+            | aiohttp.ClientConnectorCertificateError,
+        ):
             return PollResult.BAD_IDENTITY
         if isinstance(seen, (ssl.SSLError, aiohttp.ClientSSLError)):
             text = str(seen).lower()
@@ -188,7 +226,12 @@ class SignalsClient:
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
+            ssl_arg = self._ssl if self._ssl is not None else True
+            connector: aiohttp.TCPConnector
+            if self.expected_identity is not None:
+                connector = _IdentityConnector(self.expected_identity, ssl=ssl_arg)
+            else:
+                connector = aiohttp.TCPConnector(ssl=ssl_arg)
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=self.limits.timeout_s)
             )
@@ -226,7 +269,6 @@ class SignalsClient:
     async def _fetch(self) -> tuple[Decoded, int]:
         session = self._session_for_loop()
         async with session.get(self.url) as resp:
-            self._check_identity(resp)
             if resp.status in (401, 403):
                 raise _Refused(PollResult.UNAUTHORIZED, f"HTTP {resp.status}")
             if resp.status != 200:
@@ -235,6 +277,7 @@ class SignalsClient:
             if date is None:
                 raise _Refused(PollResult.NO_DATE, "no parsable Date header")
             received_at = self._clock()
+            responder_now = _refine(date, resp.headers.get(TIME_HEADER))
             limit = self.limits.read_limit_bytes
             if resp.content_length is not None and resp.content_length > limit:
                 raise _Refused(
@@ -247,7 +290,7 @@ class SignalsClient:
                 if size > limit:
                     raise _Refused(PollResult.TOO_LARGE, f"body over {limit} bytes")
                 chunks.append(chunk)
-        offset = self._steady_offset(received_at - date)
+        offset = self._steady_offset(received_at - responder_now)
         try:
             decoded = decode_relay(
                 b"".join(chunks),
@@ -271,21 +314,6 @@ class SignalsClient:
             self.offset = observed
         return self.offset
 
-    def _check_identity(self, resp: aiohttp.ClientResponse) -> None:
-        if self.expected_identity is None:
-            return
-        transport = resp.connection.transport if resp.connection is not None else None
-        cert = transport.get_extra_info("peercert") if transport is not None else None
-        if not cert:
-            raise _Refused(PollResult.BAD_IDENTITY, "no verified peer certificate")
-        uris = [value for kind, value in cert.get("subjectAltName", ()) if kind == "URI"]
-        if self.expected_identity not in uris:
-            raise _Refused(
-                PollResult.BAD_IDENTITY,
-                f"certificate names {', '.join(uris) or 'no URI'}, "
-                f"expected {self.expected_identity}",
-            )
-
     def _record(self, outcome: PollOutcome, body_bytes: int) -> None:
         m = self._metrics
         m.polls.labels(self.target, outcome.result.value).inc()
@@ -305,6 +333,22 @@ class SignalsClient:
             self._log.warning(
                 "signals poll of %s failing: %s (%s)", self.target, outcome.result, outcome.error
             )
+
+
+def _refine(date: float, precise: str | None) -> float:
+    """The responder's time: `X-Grid-Time` when it agrees with Date, else Date.
+
+    Date has one-second resolution, so a row re-based with it alone can land up to a
+    second in the reader's future; the millisecond header removes that error.
+    """
+    if precise:
+        try:
+            value = float(precise)
+        except ValueError:
+            return date
+        if date <= value < date + 1.0:
+            return value
+    return date
 
 
 def _parse_date(value: str | None) -> float | None:

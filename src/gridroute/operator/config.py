@@ -1,0 +1,216 @@
+"""`operator.yaml`: the one source of truth for every operator default.
+
+Keys are camelCase in YAML (`maxRunning`, `metricsConfig`, `staleMetricsSeconds`,
+as the Kubernetes resources they mirror spell them); snake_case is accepted too.
+Every field carries its unit in its name. `load_config` names the file, the field
+path and the value in every error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from gridroute.wire.prometheus import MetricsFormat
+from gridroute.wire.signals import NAME_PATTERN
+
+SCRAPE_INTERVAL_ENV = "GRID_SIGNALS_SCRAPE_INTERVAL_SECS"
+"""Overrides `scrapeIntervalSeconds` (the seed's operator setting)."""
+
+Name = Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]
+
+
+class ConfigError(ValueError):
+    """An operator config that cannot be used; the message names file, field and value."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class TLSFiles(_Model):
+    """This site's certificate, key and the CA every site's certificates chain to."""
+
+    cert: Path
+    """PEM server certificate presented on the listener (URI SAN names this site)."""
+    key: Path
+    """PEM private key of `cert`."""
+    ca: Path
+    """PEM CA bundle that peers' and clients' certificates must chain to."""
+    client_cert: Path | None = None
+    """PEM client certificate presented when polling peers; defaults to `cert`."""
+    client_key: Path | None = None
+    """PEM private key of `clientCert`; defaults to `key`."""
+
+
+class MetricsTLS(_Model):
+    """TLS towards a metrics endpoint (the EPP or model server), when it is https."""
+
+    ca: Path | None = None
+    """CA bundle to verify the endpoint; the system store when unset."""
+    cert: Path | None = None
+    """Client certificate, when the endpoint wants one."""
+    key: Path | None = None
+    """Private key of `cert`."""
+    insecure_skip_verify: bool = False
+    """Do not verify the endpoint's certificate (lab use only)."""
+
+
+class MetricsConfig(_Model):
+    """Where and how to scrape a provider's load."""
+
+    endpoint: str = Field(pattern=r"^https?://")
+    """Full URL of the Prometheus page, e.g. http://epp.ns.svc:9090/metrics. Point it at
+    the EPP Service, not a pod: a standby replica reports nothing."""
+    format: MetricsFormat = MetricsFormat.AUTO
+    """vllm, sglang, epp, or auto (chosen by the series present)."""
+    stale_metrics_seconds: float = Field(10.0, ge=0)
+    """How long a failing scrape keeps publishing the last readiness before the provider
+    goes silent."""
+    bearer_token_file: Path | None = None
+    """File holding a bearer token, re-read on every scrape (so rotation just works)."""
+    tls: MetricsTLS | None = None
+    """TLS settings for an https endpoint."""
+
+
+class ProviderConfig(_Model):
+    """One model pool at this site."""
+
+    name: Name
+    """Provider (cluster) name; with the site it keys every row: `site/name`."""
+    models: list[str] = Field(min_length=1)
+    """Model names this provider serves."""
+    backend_url: str = Field(pattern=r"^https?://")
+    """Where the gateway sends this provider's requests."""
+    max_running: float | None = Field(None, gt=0)
+    """Configured concurrent requests per endpoint; capacity = maxRunning x ready."""
+    metrics_config: MetricsConfig | None = None
+    """How to measure load; without it the provider publishes no load (unmeasured)."""
+    generation: int | None = Field(None, ge=0, lt=2**53)
+    """Config generation that scopes ceiling learning; derived from this provider's
+    settings when unset, so an edit starts learning over."""
+
+    def config_generation(self) -> int:
+        """The explicit generation, or a stable 48-bit digest of the settings."""
+        if self.generation is not None:
+            return self.generation
+        settings = self.model_dump(mode="json", exclude={"generation"})
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).digest()
+        return int.from_bytes(digest[:6], "big")
+
+
+class PeerConfig(_Model):
+    """Another site's operator."""
+
+    site: Name
+    """The site name its certificate must carry (`spiffe://<trustDomain>/site/<site>`)."""
+    url: str = Field(pattern=r"^https?://")
+    """Base URL of its operator; `/signals` is appended."""
+
+
+class OperatorConfig(_Model):
+    """A site operator: what it scrapes, whom it polls, where it listens."""
+
+    site: Name
+    """This site's name; every own row is labelled with it."""
+    listen: str = "0.0.0.0:9443"
+    """host:port of the /signals, /metrics, /status and /healthz listener."""
+    trust_domain: str = Field("gridroute.local", pattern=r"^[a-z0-9.-]+$")
+    """SPIFFE trust domain of the site certificates."""
+    tls: TLSFiles | None = None
+    """Mutual TLS for serving and polling. Without it the listener is plain HTTP and peer
+    identity is not checked (demos on one machine only)."""
+    peers: list[PeerConfig] = []
+    """Peer operators to poll."""
+    providers: list[ProviderConfig] = []
+    """This site's providers."""
+    scrape_interval_seconds: float = Field(1.0, gt=0)
+    """How often providers are scraped; env GRID_SIGNALS_SCRAPE_INTERVAL_SECS overrides."""
+    scrape_timeout_seconds: float | None = Field(None, gt=0)
+    """Per-scrape timeout; default 80 % of the interval; must be shorter than it."""
+    peer_poll_interval_seconds: float = Field(1.0, gt=0)
+    """How often each peer is polled (one round polls all peers at once)."""
+    peer_poll_timeout_seconds: float | None = Field(None, gt=0)
+    """Per-poll timeout; default 80 % of the interval; must be shorter than it."""
+    relay_window_seconds: float = Field(60.0, gt=0)
+    """Samples served per provider reach back at most this far."""
+    relay_samples_per_provider: int = Field(8, ge=1, le=64)
+    """At most this many samples per provider are served (8 fields x 8 samples x 64
+    providers is the 4096-line peer cap)."""
+    retain_latest_seconds: float = Field(3600.0, gt=0)
+    """A peer provider's newest sample is kept (and served) this long through a partition,
+    so its last readiness stands; older history leaves with the relay window."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OperatorConfig:
+        host, _, port = self.listen.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise ValueError(f"listen must be host:port, got {self.listen!r}")
+        if self.scrape_timeout_s >= self.scrape_interval_seconds:
+            raise ValueError("scrapeTimeoutSeconds must be shorter than scrapeIntervalSeconds")
+        if self.peer_timeout_s >= self.peer_poll_interval_seconds:
+            raise ValueError("peerPollTimeoutSeconds must be shorter than peerPollIntervalSeconds")
+        names = [p.name for p in self.providers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"providers: duplicate name in {names}")
+        sites = [p.site for p in self.peers]
+        if len(set(sites)) != len(sites) or self.site in sites:
+            raise ValueError(f"peers: each site once and not this site ({self.site}), got {sites}")
+        return self
+
+    @property
+    def scrape_timeout_s(self) -> float:
+        return self.scrape_timeout_seconds or 0.8 * self.scrape_interval_seconds
+
+    @property
+    def peer_timeout_s(self) -> float:
+        return self.peer_poll_timeout_seconds or 0.8 * self.peer_poll_interval_seconds
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+def parse_config(data: Any, source: str = "operator.yaml") -> OperatorConfig:
+    """Validate a loaded mapping, applying the scrape-interval environment override."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    env = os.environ.get(SCRAPE_INTERVAL_ENV)
+    if env is not None:
+        try:
+            data = {**data, "scrapeIntervalSeconds": float(env)}
+        except ValueError:
+            raise ConfigError(f"{SCRAPE_INTERVAL_ENV}: not a number: {env!r}") from None
+        data.pop("scrape_interval_seconds", None)
+    try:
+        return OperatorConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(part) for part in err["loc"]) or "(top level)"
+            shown = err["loc"] and "input" in err and err["type"] != "missing"
+            got = f" (got {str(repr(err['input']))[:80]})" if shown else ""
+            problems.append(f"{source}: {where}: {err['msg']}{got}")
+        raise ConfigError("\n".join(problems)) from None
+
+
+def load_config(path: Path) -> OperatorConfig:
+    """Read and validate `path`."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    return parse_config(data, str(path))

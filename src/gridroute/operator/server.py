@@ -1,0 +1,61 @@
+"""The operator's HTTP surface: `/signals`, `/metrics`, `/status`, `/healthz`.
+
+`GET /signals` serves every row this operator knows (own providers, peers' accepted
+rows, each peer's last poll-round end) with a `Date` header from the operator's
+clock. Query parameters: `scope=own` (what peers ask for: only this site's rows),
+`latest=1` (one sample per provider: a strictly valid Prometheus exposition).
+"""
+
+from __future__ import annotations
+
+import email.utils
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gridroute.wire.poller import TIME_HEADER
+from gridroute.wire.signals import CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from gridroute.operator.service import Operator
+
+OPERATOR_KEY: web.AppKey[Operator] = web.AppKey("operator")
+
+
+async def signals(request: web.Request) -> web.Response:
+    op = request.app[OPERATOR_KEY]
+    now = op.clock()
+    own_only = request.query.get("scope") == "own"
+    latest_only = request.query.get("latest") in ("1", "true")
+    encoded = op.store.encode(now, own_only=own_only, latest_only=latest_only)
+    headers = {
+        "Date": email.utils.formatdate(now, usegmt=True),
+        TIME_HEADER: f"{now:.3f}",
+        "Content-Type": CONTENT_TYPE,
+    }
+    return web.Response(body=encoded.body, headers=headers)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    op = request.app[OPERATOR_KEY]
+    body = generate_latest(op.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def status(request: web.Request) -> web.Response:
+    return web.json_response(request.app[OPERATOR_KEY].status())
+
+
+async def healthz(_: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+def build_app(op: Operator) -> web.Application:
+    app = web.Application()
+    app[OPERATOR_KEY] = op
+    app.router.add_get("/signals", signals)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/status", status)
+    app.router.add_get("/healthz", healthz)
+    return app

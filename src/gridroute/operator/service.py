@@ -1,0 +1,249 @@
+"""One site operator: scrape loop, peer poll rounds and the HTTP listener, wired together.
+
+    op = Operator(config)
+    await op.start()     # binds the listener, starts both loops
+    ...
+    await op.stop()
+
+Both loops tick on the monotonic clock and never overlap themselves: each scrape or
+poll has a timeout shorter than the interval, so a round always ends before the
+next one starts. Each operator owns its Prometheus registry, so several can share
+one process (tests do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gridroute.operator.config import OperatorConfig
+from gridroute.operator.learning import ProviderLearning
+from gridroute.operator.metrics import OperatorMetrics
+from gridroute.operator.scrape import ProviderScraper
+from gridroute.operator.server import build_app
+from gridroute.operator.store import RelayStore
+from gridroute.operator.tls import client_context, server_context
+from gridroute.wire.poller import PollLimits, SignalsClient, poll_all, spiffe_id
+
+log = logging.getLogger(__name__)
+
+
+class Operator:
+    """The site operator process, as an object tests can start several of."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.metrics = OperatorMetrics(registry or CollectorRegistry())
+        self.store = RelayStore(
+            config.site,
+            samples_per_provider=config.relay_samples_per_provider,
+            window_s=config.relay_window_seconds,
+            retain_latest_s=config.retain_latest_seconds,
+            on_cut=self._count_cut,
+        )
+        self.scrapers = [
+            ProviderScraper(config.site, p, metrics=self.metrics, clock=clock)
+            for p in config.providers
+        ]
+        self.learning = {
+            p.name: ProviderLearning(f"{config.site}/{p.name}") for p in config.providers
+        }
+        tls = config.tls
+        peer_ssl = client_context(tls) if tls is not None else None
+        limits = PollLimits(timeout_s=config.peer_timeout_s)
+        self.peers = [
+            SignalsClient(
+                peer.site,
+                peer.url.rstrip("/") + "/signals?scope=own",
+                metrics=self.metrics.poll,
+                ssl_context=peer_ssl,
+                expected_identity=spiffe_id(config.trust_domain, peer.site) if tls else None,
+                expected_site=peer.site,
+                limits=limits,
+                clock=clock,
+                logger=logging.getLogger(f"gridroute.operator.{config.site}"),
+            )
+            for peer in config.peers
+        ]
+        self.rounds = 0
+        self.started_at: float | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._session: aiohttp.ClientSession | None = None
+        self.port: int | None = None
+
+    def _count_cut(self, cut: Any) -> None:
+        for (store, kind), rows in cut.items():
+            self.metrics.truncated.labels(store.value, kind.value).inc(rows)
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        self.started_at = self.clock()
+        self._runner = web.AppRunner(build_app(self), access_log=None)
+        await self._runner.setup()
+        ssl_ctx = server_context(cfg.tls) if cfg.tls is not None else None
+        site = web.TCPSite(self._runner, cfg.host, cfg.port, ssl_context=ssl_ctx)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else cfg.port
+        self._session = aiohttp.ClientSession()
+        self._tasks = [
+            asyncio.create_task(self._every(cfg.scrape_interval_seconds, self.scrape_round)),
+            asyncio.create_task(self._every(cfg.peer_poll_interval_seconds, self.poll_round)),
+        ]
+        log.info("operator %s listening on %s:%s", cfg.site, cfg.host, self.port)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for client in self.peers:
+            await client.close()
+        if self._session is not None:
+            await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def run_forever(self) -> None:
+        await self.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.stop()
+
+    @staticmethod
+    async def _every(interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            try:
+                await step()
+            except Exception:  # a bug in one round must not stop the loop
+                log.exception("operator round failed")
+            next_at = max(next_at + interval_s, loop.time())
+            await asyncio.sleep(next_at - loop.time())
+
+    # --- rounds ---------------------------------------------------------------------
+
+    async def scrape_round(self) -> None:
+        """Scrape every measured provider once, concurrently."""
+        assert self._session is not None
+        timeout = self.config.scrape_timeout_s
+        measured = [s for s in self.scrapers if s.measured]
+        samples = await asyncio.gather(*(s.scrape(self._session, timeout) for s in measured))
+        for scraper, sample in zip(measured, samples, strict=True):
+            if sample is not None:
+                self.store.add_local(sample)
+                self.learning[scraper.provider.name].add(sample)
+
+    async def poll_round(self) -> None:
+        """Poll every peer once, concurrently; record accepted rows and round ends."""
+        if not self.peers:
+            return
+        outcomes = await poll_all(self.peers)
+        for outcome in outcomes:
+            if outcome.decoded is not None:
+                self.store.add_peer(outcome.target, outcome.decoded.received)
+            self.store.round_end(outcome.target, outcome.ended_at)
+        self.rounds += 1
+
+    # --- status ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """What `GET /status` shows: providers with conditions and learned bounds, peers."""
+        latest = self.store.latest()
+        providers = []
+        for scraper in self.scrapers:
+            name = scraper.provider.name
+            sample = latest.get(f"{self.config.site}/{name}")
+            cond = scraper.condition
+            learned = self.learning[name].learned
+            providers.append(
+                {
+                    "name": name,
+                    "models": scraper.provider.models,
+                    "publishesLoad": scraper.measured,
+                    "generation": scraper.generation,
+                    "conditions": []
+                    if cond is None
+                    else [
+                        {
+                            "type": cond.type,
+                            "status": "True" if cond.status else "False",
+                            "reason": cond.reason,
+                            "message": cond.message,
+                            "lastTransitionTime": cond.last_transition,
+                        }
+                    ],
+                    "lastScrapeOkAt": scraper.last_ok_at,
+                    "latest": None if sample is None else _sample_json(sample),
+                    "ceiling": None
+                    if learned is None
+                    else {
+                        "soft": learned.soft,
+                        "hard": learned.hard,
+                        "effective": learned.effective,
+                        "rho": learned.rho,
+                    },
+                }
+            )
+        peers = []
+        ends = self.store.round_ends
+        for client in self.peers:
+            last = client.latest
+            peers.append(
+                {
+                    "site": client.target,
+                    "url": client.url,
+                    "result": None if last is None else last.result.value,
+                    "error": None if last is None else last.error,
+                    "failing": client.failing,
+                    "lastSuccess": None if client.last_ok is None else client.last_ok.ended_at,
+                    "lastRoundEnd": ends.get(client.target),
+                    "providers": sorted(k for k in latest if k.startswith(client.target + "/")),
+                }
+            )
+        return {
+            "site": self.config.site,
+            "now": self.clock(),
+            "startedAt": self.started_at,
+            "pollRounds": self.rounds,
+            "providers": providers,
+            "peers": peers,
+        }
+
+
+def _sample_json(sample: Any) -> dict[str, Any]:
+    return {
+        "at": sample.at,
+        "running": sample.running,
+        "waiting": sample.waiting,
+        "ready": sample.ready,
+        "held": sample.held,
+        "deepestQueue": sample.deepest_queue,
+        "kvUsage": sample.kv_usage,
+        "inFlight": sample.in_flight,
+        "capacity": sample.capacity,
+        "generation": sample.generation,
+    }
