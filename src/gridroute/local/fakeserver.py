@@ -183,39 +183,38 @@ async def _stream(
     ttft = 0.0
     try:
         await resp.prepare(request)
-        if chat:
-            await resp.write(
-                _sse(
-                    shapes.chat_chunk(
-                        rid, created, model, {"role": "assistant", "content": ""}, None
-                    )
-                )
-            )
+        if chat:  # vLLM opens a chat stream with the role, before any token
+            role = {"role": "assistant", "content": ""}
+            await resp.write(_sse(shapes.chat_chunk(rid, created, model, role, None)))
         if timing.first_token_s > 0:
             await asyncio.sleep(timing.first_token_s)
         ttft = loop.time() - arrival
-        for i in range(tokens):
-            if i and timing.per_token_s > 0:
-                await asyncio.sleep(timing.per_token_s)
-            if st.paused:
-                await st.gate()
+
+        def event(i: int) -> bytes:
             piece = shapes.token(i)
             if chat:
-                chunk = shapes.chat_chunk(rid, created, model, {"content": piece}, None)
-            else:
-                last = i == tokens - 1
-                chunk = shapes.completion_chunk(
-                    rid, created, model, piece, finish if last else None
-                )
-            await resp.write(_sse(chunk))
-        if chat:
-            await resp.write(_sse(shapes.chat_chunk(rid, created, model, {}, finish)))
+                return _sse(shapes.chat_chunk(rid, created, model, {"content": piece}, None))
+            last = finish if i == tokens - 1 else None
+            return _sse(shapes.completion_chunk(rid, created, model, piece, last))
+
+        if timing.per_token_s > 0:
+            for i in range(tokens):
+                if i:
+                    await asyncio.sleep(timing.per_token_s)
+                if st.paused:
+                    await st.gate()
+                await resp.write(event(i))
+        else:  # every token is ready at once: one write, still one SSE event per token
+            if st.paused:
+                await st.gate()
+            await resp.write(b"".join(map(event, range(tokens))))
         prompt = shapes.estimate_tokens(_prompt(body, kind))
+        tail = [_sse(shapes.chat_chunk(rid, created, model, {}, finish))] if chat else []
         if include_usage:
             obj = "chat.completion.chunk" if chat else "text_completion"
-            await resp.write(_sse(shapes.usage_chunk(rid, created, model, obj, prompt, tokens)))
-        await resp.write(b"data: [DONE]\n\n")
-        await resp.write_eof()
+            tail.append(_sse(shapes.usage_chunk(rid, created, model, obj, prompt, tokens)))
+        tail.append(b"data: [DONE]\n\n")
+        await resp.write_eof(b"".join(tail))
     except asyncio.CancelledError:
         eng.record_cancelled()
         raise
