@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from gridroute.gateway.commands import config_app, gateway
 from gridroute.local.fakeserver_cli import fake_server
 from gridroute.operator.cli import certs_app, operator_command
+from gridroute.sim.cli import app as sim_app
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="gridroute: cross-site LLM routing."
@@ -13,6 +15,9 @@ app = typer.Typer(
 app.command("fake-server")(fake_server)
 app.command("operator")(operator_command)
 app.add_typer(certs_app, name="certs")
+app.add_typer(sim_app, name="sim")
+app.command("gateway")(gateway)
+app.add_typer(config_app, name="config")
 
 
 @app.command()

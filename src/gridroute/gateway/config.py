@@ -1,0 +1,278 @@
+"""The gateway's configuration: one pydantic model, the single source of every default.
+
+A YAML file is validated into `GatewayConfig` once at start and again on SIGHUP; the
+request path never touches pydantic (it reads the plain `Routing` tables built from
+it in `gateway.routing`). Every field carries a docstring that names its default, and
+`gridroute config schema` prints the JSON Schema generated from these models.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gridroute.core.select import Policy
+from gridroute.core.settings import AvailabilitySettings
+
+MIB = 1024 * 1024
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class TLSConfig(_Frozen):
+    """TLS toward a backend or the operator; with `cert_file` and `key_file`, mutual TLS."""
+
+    ca_file: str | None = None
+    """CA bundle that signs the server's certificate. Default: none (system trust store)."""
+    cert_file: str | None = None
+    """Client certificate presented for mutual TLS. Default: none (no client certificate)."""
+    key_file: str | None = None
+    """Private key of `cert_file`. Default: none."""
+    server_name: str | None = None
+    """Name checked against the server's certificate. Default: none (the URL's host)."""
+    verify: bool = True
+    """Check the server's certificate. Default: true; false is for tests only."""
+
+    @model_validator(mode="after")
+    def _pair(self) -> TLSConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("tls.cert_file and tls.key_file must be set together")
+        return self
+
+
+class OperatorConfig(_Frozen):
+    """Where the gateway polls its site's operator for every site's load."""
+
+    url: str
+    """Base URL of the local operator (its `/signals` is polled). Required."""
+    tls: TLSConfig | None = None
+    """TLS toward the operator (mutual TLS with `cert_file`/`key_file`). Default: none
+    (plain HTTP on a trusted network)."""
+    identity: str | None = None
+    """SPIFFE URI the operator's certificate must carry, e.g.
+    `spiffe://gridroute.local/site/west`; when set, host names are not checked (the
+    SPIFFE way). Default: none (with TLS, the host name is checked)."""
+    poll_interval_s: float = Field(1.0, gt=0)
+    """Seconds between polls of `/signals`. Default: 1.0."""
+    timeout_s: float = Field(2.0, gt=0)
+    """Seconds one poll may take before it counts as `unreachable`. Default: 2.0."""
+    max_response_bytes: int = Field(MIB, gt=0)
+    """Read ceiling of one poll; a larger answer counts as `too_large`. Default: 1 MiB."""
+
+
+class SiteConfig(_Frozen):
+    """One provider at one site: a backend the gateway can send requests to."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """Site name, as the operators publish it. Required."""
+    provider: str | None = Field(None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """Provider (cluster, pool) at that site, as the operators publish it; answered in
+    `x-grid-backend`. Default: the site name."""
+    backend_url: str
+    """Base URL of the site's OpenAI-compatible endpoint, e.g. `http://10.0.0.5:8000`.
+    The request path (`/v1/...`) is appended. Required."""
+    tls: TLSConfig | None = None
+    """TLS toward this backend (mutual TLS with a client certificate). Default: none."""
+    connect_timeout_s: float | None = Field(None, gt=0)
+    """Connect timeout for this backend. Default: `timeouts.local_connect_timeout_s` for
+    the local site, `timeouts.connect_timeout_s` for the others."""
+    health_path: str = "/v1/models"
+    """Path probed with GET to judge the backend's health. Default: `/v1/models`
+    (answered by vLLM, SGLang and most OpenAI-compatible servers)."""
+
+    @field_validator("backend_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @property
+    def provider_name(self) -> str:
+        return self.provider or self.name
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}/{self.provider_name}"
+
+
+class ModelConfig(_Frozen):
+    """A model the gateway routes, the sites that serve it and the pick policy."""
+
+    name: str = Field(min_length=1)
+    """Model name as clients send it in the body's `model`. Required."""
+    sites: list[str] | Literal["all"] = "all"
+    """Site names that serve this model, or `all`. Default: `all`."""
+    policy: Policy = Policy.GRIDROUTE
+    """`gridroute` (local accounting, fair share, admission queue), `saturation` (the seed
+    PR's pick on reported rho) or `first` (the front healthy site). Default: `gridroute`."""
+
+
+class TimeoutsConfig(_Frozen):
+    """Timeouts toward backends (seconds)."""
+
+    connect_timeout_s: float = Field(2.0, gt=0)
+    """Connect timeout toward a remote site; a timeout is retried once elsewhere.
+    Default: 2.0."""
+    local_connect_timeout_s: float = Field(0.5, gt=0)
+    """Connect timeout toward the local site. Default: 0.5."""
+    read_timeout_s: float | None = Field(600.0, gt=0)
+    """Longest silence on a backend connection once the request was sent: the wait for
+    the answer's headers (a long non-streamed generation) and each gap between chunks.
+    Not retried (the backend may be working on it); answered 504 when nothing was sent
+    yet. None: no limit. Default: 600."""
+
+
+class LimitsConfig(_Frozen):
+    """Bounds on what a client may send."""
+
+    max_body_bytes: int = Field(10 * MIB, gt=0)
+    """Largest request body read; a larger one is answered 413. Default: 10 MiB."""
+    max_connections_per_site: int = Field(1024, ge=0)
+    """Most open connections to one backend (0: unbounded). Default: 1024."""
+
+
+class MetricsConfig(_Frozen):
+    """The opt-in Prometheus listener."""
+
+    listen: str | None = None
+    """`host:port` serving `/metrics`; with `workers` N, worker i listens on port + i.
+    Default: none (no listener)."""
+
+
+class TracingConfig(_Frozen):
+    """Optional OpenTelemetry tracing (install the `tracing` extra)."""
+
+    otlp_endpoint: str | None = None
+    """OTLP/HTTP traces endpoint, e.g. `http://127.0.0.1:4318/v1/traces`. Default: none
+    (no spans are made)."""
+    service_name: str = "gridroute-gateway"
+    """`service.name` resource attribute. Default: `gridroute-gateway`."""
+
+
+class HealthConfig(_Frozen):
+    """Active health probes of each backend."""
+
+    enabled: bool = True
+    """Probe backends; when false no backend is ever demoted and readiness does not wait
+    for a probe round. Default: true."""
+    interval_s: float = Field(3.0, gt=0)
+    """Seconds between probes of one backend. Default: 3.0."""
+    timeout_s: float = Field(2.0, gt=0)
+    """Seconds one probe may take. Default: 2.0."""
+    rise: int = Field(2, ge=1)
+    """Consecutive passes before a backend counts as up. Default: 2."""
+    fall: int = Field(3, ge=1)
+    """Consecutive failures before a backend counts as down (demoted). Default: 3.
+    Until `rise` passes or `fall` failures, a backend is `unknown` and not demoted.
+    An answer below 500 passes (a 401 still shows a live server)."""
+
+
+class GatewayConfig(_Frozen):
+    """`gridroute gateway --config FILE`: what one gateway routes and how."""
+
+    listen: str = "127.0.0.1:8080"
+    """`host:port` of the OpenAI-compatible API. Default: `127.0.0.1:8080`."""
+    workers: int = Field(1, ge=1)
+    """Worker processes sharing `listen` (SO_REUSEPORT); each counts as one gateway for
+    the fair-share rule. Default: 1."""
+    local_site: str | None = None
+    """Name of the site this gateway runs in: its candidates go first (the front) and use
+    the local connect timeout. Default: none (every site is remote)."""
+    operator: OperatorConfig | None = None
+    """The local operator. Default: none (no load signals: sites are picked by health
+    and configured order only)."""
+    sites: list[SiteConfig] = Field(min_length=1)
+    """Backends, in preference order after the local site. Required."""
+    models: list[ModelConfig] = Field(min_length=1)
+    """Models routed; any other model is answered 404 `model_not_found`. Required."""
+    availability: AvailabilitySettings = AvailabilitySettings()
+    """Selection and shedding settings (`gridroute.core.settings`). Default: all defaults
+    (shedding off)."""
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+    """Backend timeouts. Default: all defaults."""
+    limits: LimitsConfig = LimitsConfig()
+    """Request limits. Default: all defaults."""
+    metrics: MetricsConfig = MetricsConfig()
+    """Prometheus listener. Default: off."""
+    tracing: TracingConfig = TracingConfig()
+    """OpenTelemetry tracing. Default: off."""
+    health: HealthConfig = HealthConfig()
+    """Backend health probes. Default: on, every 3 s, up after 2, down after 3."""
+    shutdown_grace_s: float = Field(30.0, ge=0)
+    """On SIGTERM, how long in-flight requests may finish before they are cut. Default: 30."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GatewayConfig:
+        names = {s.name for s in self.sites}
+        keys = [s.key for s in self.sites]
+        dup = {k for k in keys if keys.count(k) > 1}
+        if dup:
+            raise ValueError(f"sites: duplicate site/provider {sorted(dup)}")
+        if self.local_site is not None and self.local_site not in names:
+            raise ValueError(f"local_site: {self.local_site!r} is not one of the sites")
+        seen: set[str] = set()
+        for i, m in enumerate(self.models):
+            if m.name in seen:
+                raise ValueError(f"models.{i}.name: duplicate model {m.name!r}")
+            seen.add(m.name)
+            if m.sites != "all":
+                unknown = [s for s in m.sites if s not in names]
+                if unknown:
+                    raise ValueError(f"models.{i}.sites: unknown sites {unknown}")
+        return self
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and the field."""
+
+
+def parse_config(text: str, source: str = "<config>") -> GatewayConfig:
+    """Validate YAML text; errors name the source and the dotted field path."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(source, exc)) from exc
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a config file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
+    return parse_config(text, str(p))
+
+
+def _describe(source: str, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(part) for part in err["loc"])
+        msg = err["msg"]
+        if not loc:
+            # Cross-field checks name their own field at the start of the message.
+            lines.append(f"{source}: {msg.removeprefix('Value error, ')}")
+            continue
+        value = err.get("input")
+        shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
+        lines.append(f"{source}: {loc}: {msg}{shown}")
+    return "\n".join(lines)
+
+
+def json_schema() -> dict[str, object]:
+    """The JSON Schema of the gateway config file."""
+    return GatewayConfig.model_json_schema()
