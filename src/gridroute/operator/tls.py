@@ -2,8 +2,9 @@
 
 The listener requires a client certificate chained to the site CA (CERT_REQUIRED);
 the poller presents this site's client certificate and requires the peer's chain to
-verify. Host names are not checked: the poller checks the URI SAN
-(`gridroute.wire.poller.spiffe_id`) instead, as SPIFFE prescribes.
+verify (TLS 1.2 at most, see `client_ssl_context`). Host names are not checked: the
+poller checks the URI SAN (`gridroute.wire.poller.spiffe_id`) instead, as SPIFFE
+prescribes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ssl
 
 from gridroute.operator.config import TLSFiles
+from gridroute.wire.poller import client_ssl_context
 
 
 def server_context(tls: TLSFiles) -> ssl.SSLContext:
@@ -23,8 +25,6 @@ def server_context(tls: TLSFiles) -> ssl.SSLContext:
 
 def client_context(tls: TLSFiles) -> ssl.SSLContext:
     """Poll with this site's client certificate; require a peer chain to the CA."""
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(tls.ca))
-    ctx.load_cert_chain(str(tls.client_cert or tls.cert), str(tls.client_key or tls.key))
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
+    return client_ssl_context(
+        str(tls.ca), str(tls.client_cert or tls.cert), str(tls.client_key or tls.key)
+    )

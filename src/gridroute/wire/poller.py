@@ -60,6 +60,22 @@ class PollResult(StrEnum):
     BAD_IDENTITY = "bad_identity"
 
 
+def client_ssl_context(ca: str, cert: str, key: str) -> ssl.SSLContext:
+    """The context a poller presents: our client certificate, the site CA, no host names.
+
+    Capped at TLS 1.2 on purpose: under TLS 1.3 a responder that refuses our client
+    certificate does so after the handshake, and the client sees a bare disconnect it
+    cannot tell from a crash; under 1.2 the refusal is a handshake alert, which is
+    what lets a poll end in `unauthorized` rather than `unreachable`.
+    """
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    ctx.load_cert_chain(cert, key)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
 def spiffe_id(trust_domain: str, site: str) -> str:
     """The URI SAN a site's certificates carry."""
     return f"spiffe://{trust_domain}/site/{site}"
@@ -158,9 +174,15 @@ class _Refused(Exception):
         self.result = result
 
 
-def _classify_tls(exc: BaseException) -> PollResult | None:
-    """Find an ssl error in the chain: our verification failing means the responder's
-    identity is bad; an alert from the responder means it refused our certificate."""
+def _classify_tls(exc: BaseException, tls: bool) -> PollResult | None:
+    """Name a TLS failure, or None when the error is not about TLS.
+
+    Our own verification failing (untrusted chain, wrong URI SAN) is `bad_identity`.
+    The responder refusing our certificate is `unauthorized`: it shows either as a TLS
+    alert or, from asyncio servers, as a reset of the connection during the handshake
+    (a TCP connect never fails with a reset, so a reset while connecting with TLS is
+    the handshake being dropped after our certificate was sent).
+    """
     seen: BaseException | None = exc
     for _ in range(6):
         if seen is None:
@@ -172,10 +194,16 @@ def _classify_tls(exc: BaseException) -> PollResult | None:
             | aiohttp.ClientConnectorCertificateError,
         ):
             return PollResult.BAD_IDENTITY
-        if isinstance(seen, (ssl.SSLError, aiohttp.ClientSSLError)):
+        if isinstance(seen, ssl.SSLError | aiohttp.ClientSSLError):
             text = str(seen).lower()
             if "certificate verify failed" in text:
                 return PollResult.BAD_IDENTITY
+            return PollResult.UNAUTHORIZED
+        if (
+            tls
+            and isinstance(seen, aiohttp.ClientConnectorError)
+            and isinstance(seen.os_error, ConnectionResetError | BrokenPipeError)
+        ):
             return PollResult.UNAUTHORIZED
         seen = seen.__cause__ or seen.__context__
     return None
@@ -250,7 +278,7 @@ class SignalsClient:
             if refused.result is PollResult.TOO_LARGE:
                 body_bytes = self.limits.read_limit_bytes + 1
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            result = _classify_tls(exc) or PollResult.UNREACHABLE
+            result = _classify_tls(exc, self.url.startswith("https:")) or PollResult.UNREACHABLE
             message = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
             outcome = PollOutcome(self.target, result, started, self._clock(), error=message)
         else:
