@@ -1,0 +1,400 @@
+"""The event loop: simulated time as a heap of events, one run per policy and client count.
+
+Nothing sleeps: the loop pops the earliest event, runs its handler, and the handler
+pushes what follows (a completion, the next scrape, a client's next send). Events at
+the same instant run in a fixed order, `PRIORITY`, so that every request ending at an
+instant frees its slot before any request sent at that instant arrives; otherwise a
+closed loop with constant service times would count overshoot that is only an
+artefact of processing order.
+
+The grid is up before the clients start: just before t=0 every operator scrapes, polls
+its peers, and every gateway reads its operator once; after that each periodic activity
+runs at its own seeded phase.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from random import Random
+from typing import Any
+
+from gridroute.core import Decision, Live, Outcome, Policy
+from gridroute.sim.gateway import SimGateway
+from gridroute.sim.model import Network, ServiceTimes, SimOperator, SimRequest, SimSite
+from gridroute.sim.scenario import (
+    ClientsEvent,
+    FailEvent,
+    PartitionEvent,
+    RestartEvent,
+    Scenario,
+)
+from gridroute.sim.tally import Probe, Series, Tally
+
+COMPLETE, CONNECT_FAIL, DISTURB, SCRAPE, OP_POLL, GW_POLL, DRAIN, SEND = range(8)
+PRIORITY = ("complete", "connect_fail", "disturb", "scrape", "op_poll", "gw_poll", "drain", "send")
+"""Order of events that fall on the same instant (index = priority, lowest first)."""
+
+PRIME_AT = -1e-3
+"""The grid's first scrape, poll and read, just before the clients start at 0: a sample
+taken at the very instant of the first sends would be ambiguous about them."""
+
+NO_SITE_RETRY_S = 1.0
+"""A client that got 503/404 (no site at all) tries again after this long."""
+
+Handler = Callable[[float, Any], None]
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One row of the report with what it took to compute it."""
+
+    row: dict[str, Any]
+    series: Series
+    events: int
+    wall_s: float
+
+
+def split(total: int, shares: list[float]) -> list[int]:
+    """`total` clients over gateways by `shares` (largest remainder, so they sum exactly)."""
+    raw = [total * s for s in shares]
+    counts = [int(r) for r in raw]
+    order = sorted(range(len(shares)), key=lambda i: (-(raw[i] - counts[i]), i))
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def ideal_requests(scenario: Scenario, clients: int) -> int:
+    """min(clients, total slots) / mean service x measured seconds, following client steps."""
+    steps = sorted((ev.at_s, ev.clients) for ev in scenario.events if isinstance(ev, ClientsEvent))
+    start, end = scenario.warmup_s, scenario.duration_s
+    mean, slots = scenario.service.mean_s, scenario.total_slots
+    total, t, n = 0.0, start, clients
+    for at, value in steps:
+        if at > t:
+            seg_end = min(at, end)
+            total += min(n, slots) / mean * max(seg_end - t, 0.0)
+            t = max(t, seg_end)
+        n = value
+    total += min(n, slots) / mean * max(end - t, 0.0)
+    return round(total)
+
+
+class Run:
+    """One simulation of `scenario` under `policy` with `clients` clients."""
+
+    def __init__(self, scenario: Scenario, policy: Policy, clients: int) -> None:
+        sc = scenario
+        self.sc = sc
+        self.policy = policy
+        self.clients = clients
+        base = f"{sc.seed}:{clients}"
+        names = [s.name for s in sc.sites]
+        self.sites = [SimSite(s.name, s.slots, s.service_scale) for s in sc.sites]
+        self.site_by_name = {s.name: s for s in self.sites}
+        self.site_index = {s.key: i for i, s in enumerate(self.sites)}
+        self.operators = [SimOperator(n) for n in names]
+        self.op_by_site = {op.site: op for op in self.operators}
+        self.network = Network()
+        self.gateways = [
+            SimGateway(i, site, names, sc.availability, policy, Random(f"{base}:pick:{i}"))
+            for i, site in enumerate(sc.placement)
+        ]
+        self.service = ServiceTimes(sc.service, Random(f"{base}:service"))
+        self.phases = Random(f"{base}:phases")
+        self.max_queue_s = sc.availability.max_queue_ms / 1000.0
+        self.tally = Tally(names, sc.warmup_s, sc.duration_s)
+        self.client_gw: list[int] = []
+        self.client_active: list[bool] = []
+        self.heap: list[tuple[float, int, int, Handler, Any]] = []
+        self.seq = 0
+        self.events = 0
+        self._probing = False
+
+    # -- scheduling -------------------------------------------------------------------
+
+    def at(self, t: float, prio: int, fn: Handler, arg: Any = None) -> None:
+        self.seq += 1
+        heappush(self.heap, (t, prio, self.seq, fn, arg))
+
+    def run(self) -> RunResult:
+        began = time.perf_counter()
+        sc = self.sc
+        self._start()
+        end = sc.duration_s + 1e-9
+        heap = self.heap
+        events = 0
+        while heap:
+            t, _, _, fn, arg = heap[0]
+            if t > end:
+                break
+            heappop(heap)
+            fn(t, arg)
+            events += 1
+        self.events = events
+        row: dict[str, Any] = {
+            "policy": self.policy.value,
+            "clients": self.clients,
+            "gateways": len(self.gateways),
+        }
+        measured = self.tally.row(sc.window_s)
+        ideal = ideal_requests(sc, self.clients)
+        row.update(measured)
+        row["ideal_requests"] = ideal
+        if self.tally.probes:
+            row["events"] = [p.as_dict() for p in self.tally.probes]
+        return RunResult(row, self.tally.series(), events, time.perf_counter() - began)
+
+    def _start(self) -> None:
+        sc = self.sc
+        for i, op in enumerate(self.operators):
+            op.scrape(self.sites[i], PRIME_AT)
+        for op in self.operators:
+            op.poll(self._peers(op), self.network, PRIME_AT)
+        for gw in self.gateways:
+            gw.refresh(self.op_by_site[gw.site], PRIME_AT)
+        # Periodic work, each at its own phase within its first interval.
+        for i in range(len(self.sites)):
+            self.at(self.phases.uniform(0, sc.scrape_interval_s), SCRAPE, self._scrape, i)
+        for i in range(len(self.operators)):
+            self.at(self.phases.uniform(0, sc.poll_interval_s), OP_POLL, self._op_poll, i)
+        for g in range(len(self.gateways)):
+            self.at(self.phases.uniform(0, sc.poll_interval_s), GW_POLL, self._gw_poll, g)
+        self._set_clients(0.0, self.clients)
+        for ev in sc.events:
+            self.at(ev.at_s, DISTURB, self._disturb_start, ev)
+            if isinstance(ev, PartitionEvent | FailEvent):
+                self.at(ev.until_s, DISTURB, self._disturb_end, ev)
+                self._add_probes(ev)
+
+    def _peers(self, op: SimOperator) -> list[SimOperator]:
+        return [p for p in self.operators if p is not op]
+
+    # -- the grid's periodic work --------------------------------------------------------
+
+    def _scrape(self, t: float, i: int) -> None:
+        site = self.sites[i]
+        self.operators[i].scrape(site, t)
+        self.tally.rho[i].append((t, site.rho))
+        self.at(t + self.sc.scrape_interval_s, SCRAPE, self._scrape, i)
+
+    def _op_poll(self, t: float, i: int) -> None:
+        op = self.operators[i]
+        op.poll(self._peers(op), self.network, t)
+        self.at(t + self.sc.poll_interval_s, OP_POLL, self._op_poll, i)
+
+    def _gw_poll(self, t: float, g: int) -> None:
+        gw = self.gateways[g]
+        gw.refresh(self.op_by_site[gw.site], t)
+        if self._probing:
+            self._probe_refresh(gw, t)
+        if gw.held:
+            self._drain(t, g)
+        self.at(t + self.sc.poll_interval_s, GW_POLL, self._gw_poll, g)
+
+    # -- clients ------------------------------------------------------------------------
+
+    def _set_clients(self, t: float, total: int) -> None:
+        """Grow or shrink each gateway's clients to its share of `total`."""
+        targets = split(total, self.sc.gateway_shares)
+        for g, want in enumerate(targets):
+            mine = [c for c, gw in enumerate(self.client_gw) if gw == g and self.client_active[c]]
+            for c in mine[want:]:
+                self.client_active[c] = False
+            for _ in range(want - len(mine)):
+                self.client_gw.append(g)
+                self.client_active.append(True)
+                self.at(t, SEND, self._send, len(self.client_gw) - 1)
+
+    def _send(self, t: float, client: int) -> None:
+        if not self.client_active[client]:
+            return
+        self._submit(self.gateways[self.client_gw[client]], SimRequest(client, t), t)
+
+    def _next(self, t: float, client: int, delay: float = 0.0) -> None:
+        self.at(t + delay, SEND, self._send, client)
+
+    # -- the request path ------------------------------------------------------------------
+
+    def _submit(self, gw: SimGateway, req: SimRequest, t: float) -> None:
+        d = gw.decide(req)
+        if d.outcome is Outcome.HOLD:
+            req.held_since = t
+            gw.held.append(req)
+        else:
+            self._act(gw, req, d, t)
+
+    def _act(self, gw: SimGateway, req: SimRequest, d: Decision, t: float) -> None:
+        """Carry out a decision other than HOLD."""
+        if d.outcome is Outcome.ROUTE:
+            assert d.view is not None
+            self._dispatch(gw, req, d.view.key, t)
+        elif d.outcome is Outcome.SHED:
+            req.done = True
+            if self.tally.counts(t):
+                self.tally.shed += 1
+            self._next(t, req.client, float(d.retry_after_s or 1))
+        else:
+            req.done = True
+            if self.tally.counts(t):
+                self.tally.failed += 1
+            self._next(t, req.client, NO_SITE_RETRY_S)
+
+    def _dispatch(self, gw: SimGateway, req: SimRequest, key: str, t: float) -> None:
+        gw.own.start(key, t)
+        req.key = key
+        site = self.sites[self.site_index[key]]
+        if self._probing:
+            self._probe_send(gw, key, t)
+        if not (site.up and self.network.reachable(gw.site, site.name)):
+            self.at(t + self.sc.connect_timeout_s, CONNECT_FAIL, self._connect_fail, req)
+            return
+        req.site = site
+        if site.busy >= site.slots:
+            if self.tally.counts(t):
+                self.tally.overshoot += 1
+            site.queue.append(req)
+        else:
+            self._serve(site, req, t)
+
+    def _serve(self, site: SimSite, req: SimRequest, t: float) -> None:
+        site.busy += 1
+        site.serving.add(req)
+        self.at(t + self.service.draw() * site.scale, COMPLETE, self._complete, req)
+
+    def _complete(self, t: float, req: SimRequest) -> None:
+        if req.done:
+            return
+        site = req.site
+        assert site is not None and req.key is not None
+        site.busy -= 1
+        site.serving.discard(req)
+        if site.queue:
+            self._serve(site, site.queue.popleft(), t)
+        req.done = True
+        gw = self.gateways[self.client_gw[req.client]]
+        gw.own.end(req.key, t)
+        self.tally.completed(t, self.site_index[req.key], t - req.sent_at)
+        self._next(t, req.client)
+        if gw.held and not gw.drain_pending:
+            gw.drain_pending = True
+            self.at(t, DRAIN, self._drain, gw.index)
+
+    def _connect_fail(self, t: float, req: SimRequest) -> None:
+        gw = self.gateways[self.client_gw[req.client]]
+        key = req.key
+        assert key is not None
+        gw.own.end(key, t)
+        req.key = None
+        if req.retried:
+            req.done = True
+            if self.tally.counts(t):
+                self.tally.failed += 1
+            self._next(t, req.client)
+            return
+        req.retried = True
+        req.tried = req.tried | {key}
+        if self.tally.counts(t):
+            self.tally.retried += 1
+        self._submit(gw, req, t)
+
+    def _drain(self, t: float, g: int) -> None:
+        """Decide held requests again, oldest first, until one must still wait."""
+        gw = self.gateways[g]
+        gw.drain_pending = False
+        while gw.held:
+            req = gw.held[0]
+            since = req.held_since if req.held_since is not None else t
+            d = gw.decide(req, can_hold=t - since < self.max_queue_s)
+            if d.outcome is Outcome.HOLD:
+                break
+            gw.held.popleft()
+            self._act(gw, req, d, t)
+
+    # -- disturbances -------------------------------------------------------------------
+
+    def _disturb_start(self, t: float, ev: Any) -> None:
+        if isinstance(ev, PartitionEvent):
+            self.network.partition(ev.partition)
+        elif isinstance(ev, FailEvent):
+            self._fail_site(t, self.site_by_name[ev.fail])
+        elif isinstance(ev, RestartEvent):
+            self.op_by_site[ev.restart_operator].restart()
+        elif isinstance(ev, ClientsEvent):
+            self._set_clients(t, ev.clients)
+
+    def _disturb_end(self, t: float, ev: Any) -> None:
+        if isinstance(ev, PartitionEvent):
+            self.network.heal(ev.partition)
+        elif isinstance(ev, FailEvent):
+            self.site_by_name[ev.fail].up = True
+
+    def _fail_site(self, t: float, site: SimSite) -> None:
+        """The backend dies: everything in service or queued there fails now."""
+        site.up = False
+        lost = [*site.serving, *site.queue]
+        site.serving.clear()
+        site.queue.clear()
+        site.busy = 0
+        for req in lost:
+            gw = self.gateways[self.client_gw[req.client]]
+            assert req.key is not None
+            gw.own.end(req.key, t)
+            req.done = True
+            if self.tally.counts(t):
+                self.tally.failed += 1
+            self._next(t, req.client)
+
+    # -- probes: what each gateway saw of a disturbed site ------------------------------
+
+    def _add_probes(self, ev: PartitionEvent | FailEvent) -> None:
+        site = ev.partition if isinstance(ev, PartitionEvent) else ev.fail
+        kind = "partition" if isinstance(ev, PartitionEvent) else "fail"
+        key = self.site_by_name[site].key
+        for gw in self.gateways:
+            if kind == "partition" and gw.site == site:
+                continue  # a gateway inside the partition still reaches its own site
+            self.tally.probes.append(Probe(gw.index, site, key, kind, ev.at_s, ev.until_s))
+            self._probing = True
+
+    def _probe_refresh(self, gw: SimGateway, t: float) -> None:
+        snap = gw.snapshot
+        assert snap is not None
+        for p in self.tally.probes:
+            if p.gateway != gw.index:
+                continue
+            view = snap.view(p.key)
+            live = view is not None and view.live is Live.LIVE
+            if p.silent_at is None and p.at_s <= t < p.until_s and not live:
+                p.silent_at = t
+            if p.live_again_at is None and t >= p.until_s and live:
+                p.live_again_at = t
+
+    def _probe_send(self, gw: SimGateway, key: str, t: float) -> None:
+        for p in self.tally.probes:
+            if p.gateway != gw.index or p.key != key:
+                continue
+            if p.at_s <= t < p.until_s:
+                if p.silent_at is None:
+                    p.sent_before_silent += 1
+                else:
+                    p.sent_after_silent += 1
+            elif t >= p.until_s and p.first_send_after is None:
+                p.first_send_after = t
+
+
+def run_scenario(
+    scenario: Scenario, on_row: Callable[[RunResult], None] | None = None
+) -> list[RunResult]:
+    """Every row of `scenario`: each client count under each policy, in that order."""
+    results: list[RunResult] = []
+    for clients in scenario.client_counts:
+        for policy in scenario.policies:
+            result = Run(scenario, policy, clients).run()
+            results.append(result)
+            if on_row is not None:
+                on_row(result)
+    return results

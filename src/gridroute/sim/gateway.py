@@ -1,0 +1,89 @@
+"""A simulated gateway: the gateway's decision state, fed by simulated polls.
+
+It owns exactly what a real gateway owns: a `GridState` refreshed once per poll of its
+local operator, an `OwnLoad` of its requests in flight, a seeded random source and, for
+the admission queue, the requests it holds. Every choice is the core's `decide`; this
+class only carries its inputs and outputs, so the simulator measures the shipped rule.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from random import Random
+
+from gridroute.core import (
+    AvailabilitySettings,
+    Candidate,
+    Decision,
+    GridState,
+    OwnLoad,
+    Policy,
+    Snapshot,
+    decide,
+)
+from gridroute.sim.model import PROVIDER, SimOperator, SimRequest
+
+MODEL = "sim-model"
+"""The one model every simulated site serves."""
+
+
+def candidates_for(site: str, sites: list[str]) -> list[Candidate]:
+    """The candidate list in local-first config order: the own site, then the rest."""
+    order = [site] + [s for s in sites if s != site]
+    return [Candidate(s, PROVIDER, local=s == site) for s in order]
+
+
+class SimGateway:
+    """One gateway at `site`, deciding with `policy`."""
+
+    __slots__ = (
+        "drain_pending",
+        "held",
+        "index",
+        "own",
+        "policy",
+        "rng",
+        "site",
+        "snapshot",
+        "state",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        site: str,
+        sites: list[str],
+        settings: AvailabilitySettings,
+        policy: Policy,
+        rng: Random,
+    ) -> None:
+        self.index = index
+        self.site = site
+        self.policy = policy
+        self.rng = rng
+        self.state = GridState(candidates_for(site, sites), settings, models=[MODEL])
+        self.own = OwnLoad()
+        self.held: deque[SimRequest] = deque()
+        self.drain_pending = False
+        self.snapshot: Snapshot | None = None
+
+    def refresh(self, operator: SimOperator, now: float) -> Snapshot:
+        """One poll of the local operator: its rows, its poll rounds, and now for itself."""
+        rounds = dict(operator.rounds)
+        rounds[self.site] = now
+        self.snapshot = self.state.refresh(operator.rows(), rounds, now, {}, self.own)
+        return self.snapshot
+
+    def decide(self, req: SimRequest, can_hold: bool = True) -> Decision:
+        """The core's pick for `req`, never one of the keys it already tried."""
+        assert self.snapshot is not None, "a gateway decides only after its first poll"
+        return decide(
+            self.snapshot,
+            MODEL,
+            self.rng,
+            self.policy,
+            self.own.counts,
+            None,
+            can_hold,
+            req.tried,
+        )

@@ -1,0 +1,110 @@
+"""The simulator's outputs: a rich table in the seed PR's layout, and a JSON document.
+
+The table keeps the seed's columns (share per site with its capacity share in the
+header, peak 10 s window share, requests, overshoot) so the two can be read side by
+side, and adds what the seed left implicit: the ideal, 429s, failures and latency.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gridroute.sim.engine import RunResult
+from gridroute.sim.scenario import Scenario
+
+
+def capacity_shares(scenario: Scenario) -> dict[str, float]:
+    """Each site's slots over all slots: the share an ideal router gives it."""
+    total = scenario.total_slots
+    return {s.name: s.slots / total for s in scenario.sites}
+
+
+def document(scenario: Scenario, results: list[RunResult]) -> dict[str, Any]:
+    """`{"scenario": {...}, "rows": [...]}`: the scenario as run and one row per run."""
+    return {
+        "scenario": scenario.model_dump(mode="json"),
+        "rows": [r.row for r in results],
+    }
+
+
+def write_json(path: Path, scenario: Scenario, results: list[RunResult]) -> None:
+    path.write_text(json.dumps(document(scenario, results), indent=2) + "\n", encoding="utf-8")
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def table(scenario: Scenario, results: list[RunResult]) -> Table:
+    """One line per (clients, policy), grouped by clients as the seed table is."""
+    caps = capacity_shares(scenario)
+    gw = scenario.gateways
+    gw_text = f"{gw} gateway{'s' if gw != 1 else ''}" if isinstance(gw, int) else f"gateways {gw}"
+    t = Table(title=f"{scenario.name}: {scenario.duration_s:g} s, {gw_text}")
+    t.add_column("clients", justify="right")
+    t.add_column("policy")
+    for name, share in caps.items():
+        t.add_column(f"{name}, {share:.2f}", justify="right")
+    for col in ("peak 10s window", "requests", "ideal", "overshoot", "shed", "failed"):
+        t.add_column(col, justify="right")
+    t.add_column("p50 s", justify="right")
+    t.add_column("p99 s", justify="right")
+    last = None
+    for r in results:
+        row = r.row
+        if last is not None and row["clients"] != last:
+            t.add_section()
+        last = row["clients"]
+        t.add_row(
+            str(row["clients"]),
+            row["policy"],
+            *(f"{row['shares'][name]:.2f}" for name in caps),
+            f"{row['peak_window_share']:.2f}",
+            str(row["requests"]),
+            str(row["ideal_requests"]),
+            str(row["overshoot"]),
+            str(row["shed"]),
+            str(row["failed"]),
+            _seconds(row["latency_p50_s"]),
+            _seconds(row["latency_p99_s"]),
+        )
+    if scenario.window_s != 10.0:
+        t.columns[len(caps) + 2].header = f"peak {scenario.window_s:g}s window"
+    return t
+
+
+def events_table(results: list[RunResult]) -> Table | None:
+    """What each gateway saw of each partitioned or failed site (None without events)."""
+    rows = [(r.row, ev) for r in results for ev in r.row.get("events", ())]
+    if not rows:
+        return None
+    t = Table(title="disturbances, seen from each gateway (seconds after start / return)")
+    for col in ("clients", "policy", "event", "gateway", "silent after", "sent before"):
+        t.add_column(col, justify="right")
+    for col in ("sent after silent", "live after return", "first send after return"):
+        t.add_column(col, justify="right")
+    for row, ev in rows:
+        t.add_row(
+            str(row["clients"]),
+            row["policy"],
+            f"{ev['kind']} {ev['site']} {ev['at_s']:g}-{ev['until_s']:g}",
+            str(ev["gateway"]),
+            _seconds(ev["silent_after_s"]),
+            str(ev["sent_before_silent"]),
+            str(ev["sent_after_silent"]),
+            _seconds(ev["live_again_after_s"]),
+            _seconds(ev["first_send_after_s"]),
+        )
+    return t
+
+
+def print_report(scenario: Scenario, results: list[RunResult], console: Console) -> None:
+    console.print(table(scenario, results))
+    extra = events_table(results)
+    if extra is not None:
+        console.print(extra)

@@ -1,0 +1,319 @@
+"""Scenario files: what one simulation run models, validated before anything runs.
+
+A scenario is YAML read into `Scenario` (pydantic v2, `extra="forbid"`), so a typo is
+an error rather than a silently ignored key. Every default is written here once and
+reproduces the seed PR's partition run: hub 128, west 128 and east 64 slots, 200 ms
+constant service, 44.6 s, 64/128/256 clients, 1 s scrapes and polls, and the three
+policies side by side. `availability` is the core's own `AvailabilitySettings`, so the
+simulator and the gateway read one definition of every selection default.
+
+`load_scenario` turns every failure (unreadable file, bad YAML, a field out of range)
+into one `ScenarioError` that names the file, the field and the reason, because the
+person reading it is editing that file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
+
+from gridroute.core.select import Policy
+from gridroute.core.settings import AvailabilitySettings
+
+_CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run: `file: field: reason`, on one line."""
+
+    def __init__(self, file: str, field: str, reason: str) -> None:
+        self.file = file
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{file}: {field}: {reason}")
+
+
+class ServiceSpec(BaseModel):
+    """How long one request holds a slot. A constant time hides queueing effects that a
+    long tail exposes, so the distribution is part of the scenario."""
+
+    model_config = _CONFIG
+
+    distribution: Literal["constant", "exponential", "lognormal"] = "constant"
+    """`constant` (the seed run), `exponential` or `lognormal` around `mean_s`."""
+    mean_s: float = Field(0.2, gt=0)
+    """Mean service time in seconds (200 ms in the seed run)."""
+    sigma: float = Field(0.5, gt=0)
+    """Lognormal shape (std-dev of the underlying normal); the mean stays `mean_s`."""
+
+
+class SiteSpec(BaseModel):
+    """One site: a pool of slots with a FIFO queue past full."""
+
+    model_config = _CONFIG
+
+    name: str = Field(pattern=_NAME)
+    """Site name (lowercase DNS label); the candidate key is `NAME/default`."""
+    slots: int = Field(gt=0)
+    """Requests the site runs at once (its maxRunning); later arrivals queue."""
+    service_scale: float = Field(1.0, gt=0)
+    """Multiplies every service time at this site (2.0 = a site half as fast)."""
+
+
+class _Timed(BaseModel):
+    model_config = _CONFIG
+
+    at_s: float = Field(ge=0)
+    """Simulated second at which the event starts."""
+
+
+class _Spanned(_Timed):
+    until_s: float = Field(gt=0)
+    """Simulated second at which the event ends (the site returns)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _Spanned:
+        if self.until_s <= self.at_s:
+            raise ValueError(f"until_s ({self.until_s}) must be after at_s ({self.at_s})")
+        return self
+
+
+class PartitionEvent(_Spanned):
+    """The site is cut off from every other site: its operator exchanges no polls, and no
+    gateway elsewhere reaches its backend (nor its gateways any backend elsewhere)."""
+
+    partition: str
+    """The site cut off."""
+
+
+class FailEvent(_Spanned):
+    """The site's backend is down: requests in service there fail, new ones fail after
+    the connect timeout, and its operator's scrapes produce nothing."""
+
+    fail: str
+    """The site that fails."""
+
+
+class RestartEvent(_Timed):
+    """The site's operator restarts: the peer rows it learned are lost until it polls
+    each peer again."""
+
+    restart_operator: str
+    """The site whose operator restarts."""
+
+
+class ClientsEvent(_Timed):
+    """The number of closed-loop clients changes (split across gateways by their shares);
+    clients that leave finish their current request first."""
+
+    clients: int = Field(ge=0)
+    """The new total number of clients."""
+
+
+_KINDS = ("partition", "fail", "restart_operator", "clients")
+
+
+def _event_kind(value: Any) -> str | None:
+    """Which event a mapping is, by the one key that names it."""
+    if isinstance(value, dict):
+        for kind in _KINDS:
+            if kind in value:
+                return kind
+        return None
+    for kind, cls in zip(
+        _KINDS, (PartitionEvent, FailEvent, RestartEvent, ClientsEvent), strict=True
+    ):
+        if isinstance(value, cls):
+            return kind
+    return None
+
+
+EventSpec = Annotated[
+    Annotated[PartitionEvent, Tag("partition")]
+    | Annotated[FailEvent, Tag("fail")]
+    | Annotated[RestartEvent, Tag("restart_operator")]
+    | Annotated[ClientsEvent, Tag("clients")],
+    Discriminator(
+        _event_kind,
+        custom_error_type="event_kind",
+        custom_error_message="an event needs one of: partition, fail, restart_operator, clients",
+    ),
+]
+
+
+def _seed_sites() -> list[SiteSpec]:
+    return [
+        SiteSpec(name="hub", slots=128),
+        SiteSpec(name="west", slots=128),
+        SiteSpec(name="east", slots=64),
+    ]
+
+
+class Scenario(BaseModel):
+    """One simulated grid and the load put on it; one result row per policy and clients."""
+
+    model_config = _CONFIG
+
+    name: str = "seed-partition"
+    """Label printed above the table."""
+    seed: int = 1
+    """Seed of every random source (phases, service times, picks): same seed, same rows."""
+    duration_s: float = Field(44.6, gt=0)
+    """Simulated seconds per row (the seed run's 44.6 s)."""
+    warmup_s: float = Field(0.0, ge=0)
+    """Seconds at the start that count toward nothing (requests, shares, overshoot)."""
+    window_s: float = Field(10.0, gt=0)
+    """Width of the sliding window for the peak-window share."""
+    service: ServiceSpec = Field(default_factory=ServiceSpec)
+    """Service-time distribution shared by every site (scaled per site)."""
+    sites: list[SiteSpec] = Field(default_factory=_seed_sites, min_length=1)
+    """Sites in config order; a gateway lists its own site first, then these in order."""
+    gateways: int | list[float] = 1
+    """Number of gateways sharing the clients equally, or each gateway's client share
+    (positive, summing to 1), such as [0.7, 0.1, 0.1, 0.1]."""
+    gateway_sites: list[str] | None = None
+    """Site of each gateway; default: round-robin over `sites` (gateway 0 at the first)."""
+    clients: int | list[int] = Field(default_factory=lambda: [64, 128, 256])
+    """Closed-loop clients (each sends its next request when the last ends); a list gives
+    one row per value."""
+    scrape_interval_s: float = Field(1.0, gt=0)
+    """How often each site's operator scrapes its site."""
+    poll_interval_s: float = Field(1.0, gt=0)
+    """How often operators poll each other, and each gateway polls its operator."""
+    connect_timeout_s: float = Field(2.0, gt=0)
+    """How long a request sent to an unreachable or failed backend waits before it fails
+    (and is retried once on another site)."""
+    policies: list[Policy] = Field(
+        default_factory=lambda: [Policy.FIRST, Policy.SATURATION, Policy.GRIDROUTE],
+        min_length=1,
+    )
+    """Selection policies to compare (`first`, `saturation`, `gridroute`)."""
+    availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
+    """The core's availability settings (shedding, admission queue, windows), as a gateway
+    would be configured."""
+    events: list[EventSpec] = Field(default_factory=list)
+    """Timed disturbances: partition, fail, restart_operator, clients."""
+
+    @property
+    def client_counts(self) -> list[int]:
+        """The client counts, one row each."""
+        return [self.clients] if isinstance(self.clients, int) else list(self.clients)
+
+    @property
+    def gateway_shares(self) -> list[float]:
+        """Each gateway's share of the clients."""
+        if isinstance(self.gateways, int):
+            return [1.0 / self.gateways] * self.gateways
+        return list(self.gateways)
+
+    @property
+    def placement(self) -> list[str]:
+        """The site each gateway runs at."""
+        if self.gateway_sites is not None:
+            return list(self.gateway_sites)
+        names = [s.name for s in self.sites]
+        return [names[i % len(names)] for i in range(len(self.gateway_shares))]
+
+    @property
+    def total_slots(self) -> int:
+        return sum(s.slots for s in self.sites)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        names = [s.name for s in self.sites]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"sites: duplicate site name {dupes[0]!r}")
+        if self.warmup_s >= self.duration_s:
+            raise ValueError(
+                f"warmup_s: {self.warmup_s} must be below duration_s ({self.duration_s})"
+            )
+        if isinstance(self.gateways, int):
+            if self.gateways < 1:
+                raise ValueError("gateways: need at least 1 gateway")
+        else:
+            if not self.gateways or any(s <= 0 for s in self.gateways):
+                raise ValueError("gateways: shares must be positive (and at least one)")
+            if abs(sum(self.gateways) - 1.0) > 1e-6:
+                raise ValueError(f"gateways: shares must sum to 1, not {sum(self.gateways):g}")
+        if self.gateway_sites is not None:
+            if len(self.gateway_sites) != len(self.gateway_shares):
+                raise ValueError(
+                    f"gateway_sites: {len(self.gateway_sites)} sites for "
+                    f"{len(self.gateway_shares)} gateways"
+                )
+            _known(self.gateway_sites, names, "gateway_sites")
+        counts = self.client_counts
+        if not counts or any(c < 1 for c in counts):
+            raise ValueError("clients: every client count must be at least 1")
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError("policies: a policy is listed twice")
+        for i, ev in enumerate(self.events):
+            site = getattr(ev, "partition", None) or getattr(ev, "fail", None)
+            site = site or getattr(ev, "restart_operator", None)
+            if site is not None:
+                _known([site], names, f"events.{i}")
+        return self
+
+
+def _known(values: Sequence[str], names: Sequence[str], where: str) -> None:
+    for v in values:
+        if v not in names:
+            raise ValueError(f"{where}: unknown site {v!r} (sites: {', '.join(names)})")
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def parse_scenario(data: Any, file: str = "<scenario>") -> Scenario:
+    """Validate already-loaded data; the first problem becomes a `ScenarioError`."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(file, "(top level)", f"expected a mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        loc = tuple(err["loc"])
+        field = _field(loc)
+        # Cross-field checks name their field in the message ("sites: ..."); lift it out.
+        head, sep, rest = msg.partition(": ")
+        if not loc and sep and " " not in head:
+            field, msg = head, rest
+        more = len(exc.errors()) - 1
+        if more:
+            msg += f" (and {more} more)"
+        raise ScenarioError(file, field, msg) from exc
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(file, "(file)", exc.strerror or str(exc)) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(file, where, f"invalid YAML: {problem}") from exc
+    return parse_scenario(data, file)

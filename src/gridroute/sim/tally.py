@@ -1,0 +1,159 @@
+"""What one run measured, and the definitions the report's columns use.
+
+Only what happens inside the measured span `[warmup_s, duration_s]` counts:
+
+* **requests**: requests that completed successfully in the span.
+* **share** of a site: its part of those requests.
+* **peak window share**: the largest share one site carried in any window of
+  `window_s` seconds (sliding in steps of `BUCKET_S`) inside the span.
+* **overshoot**: requests that arrived at a site with every slot busy.
+* **shed**: 429 answers (each is one attempt; the client retries after Retry-After).
+* **failed**: requests that ended in an error the client saw (a failed connect that
+  also failed its one retry, or a request in service at a site that failed).
+* **latency**: from a request's send to its answer, including any gateway hold,
+  connect timeout and retry on another site; a 429 ends an attempt and is not a sample.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+BUCKET_S = 0.1
+"""Resolution of the time series that the sliding windows and plots are built from."""
+
+
+@dataclass(slots=True)
+class Series:
+    """Per-site time series of one run, for plots."""
+
+    sites: list[str]
+    bucket_s: float
+    start_s: float
+    completions: list[list[int]]
+    """[site][bucket] completed requests."""
+    rho: list[list[tuple[float, float]]]
+    """[site] (time, (in service + queued) / slots) at every scrape."""
+
+
+@dataclass(slots=True)
+class Probe:
+    """One gateway's view of one disturbed site (partition or failure) over time."""
+
+    gateway: int
+    site: str
+    key: str
+    kind: str
+    at_s: float
+    until_s: float
+    silent_at: float | None = None
+    """First poll at or after `at_s` at which this gateway judged the site not live."""
+    sent_after_silent: int = 0
+    """Requests this gateway sent there from `silent_at` until `until_s`."""
+    sent_before_silent: int = 0
+    """Requests this gateway sent there from `at_s` until it judged the site silent."""
+    live_again_at: float | None = None
+    """First poll at or after `until_s` at which the site was live again."""
+    first_send_after: float | None = None
+    """First request this gateway sent there at or after `until_s`."""
+
+    def as_dict(self) -> dict[str, Any]:
+        def rel(t: float | None, base: float) -> float | None:
+            return None if t is None else round(t - base, 3)
+
+        return {
+            "kind": self.kind,
+            "site": self.site,
+            "gateway": self.gateway,
+            "at_s": self.at_s,
+            "until_s": self.until_s,
+            "silent_after_s": rel(self.silent_at, self.at_s),
+            "sent_before_silent": self.sent_before_silent,
+            "sent_after_silent": self.sent_after_silent,
+            "live_again_after_s": rel(self.live_again_at, self.until_s),
+            "first_send_after_s": rel(self.first_send_after, self.until_s),
+        }
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counters of one run; `row()` turns them into the report's numbers."""
+
+    sites: list[str]
+    start_s: float
+    end_s: float
+    completions: list[list[int]] = field(init=False)
+    rho: list[list[tuple[float, float]]] = field(init=False)
+    latencies: list[float] = field(default_factory=list)
+    overshoot: int = 0
+    shed: int = 0
+    failed: int = 0
+    retried: int = 0
+    probes: list[Probe] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        buckets = max(1, math.ceil((self.end_s - self.start_s) / BUCKET_S - 1e-9))
+        self.completions = [[0] * buckets for _ in self.sites]
+        self.rho = [[] for _ in self.sites]
+
+    def counts(self, t: float) -> bool:
+        """Whether an event at `t` falls in the measured span."""
+        return self.start_s <= t <= self.end_s + 1e-9
+
+    def completed(self, t: float, site: int, latency: float) -> None:
+        if self.start_s <= t <= self.end_s + 1e-9:
+            row = self.completions[site]
+            row[min(int((t - self.start_s) / BUCKET_S), len(row) - 1)] += 1
+            self.latencies.append(latency)
+
+    def series(self) -> Series:
+        return Series(list(self.sites), BUCKET_S, self.start_s, self.completions, self.rho)
+
+    def peak_window(self, window_s: float) -> dict[str, float]:
+        """Each site's largest share of the requests completed in any `window_s` window."""
+        n = len(self.completions[0])
+        width = max(1, min(n, round(window_s / BUCKET_S)))
+        totals = [sum(col) for col in zip(*self.completions, strict=True)]
+        peaks: dict[str, float] = {}
+        for name, row in zip(self.sites, self.completions, strict=True):
+            site_sum = sum(row[:width])
+            all_sum = sum(totals[:width])
+            best = site_sum / all_sum if all_sum else 0.0
+            for i in range(width, n):
+                site_sum += row[i] - row[i - width]
+                all_sum += totals[i] - totals[i - width]
+                if all_sum:
+                    best = max(best, site_sum / all_sum)
+            peaks[name] = best
+        return peaks
+
+    def row(self, window_s: float) -> dict[str, Any]:
+        """The measured numbers (the engine adds policy, clients, gateways, ideal)."""
+        per_site = [sum(r) for r in self.completions]
+        total = sum(per_site)
+        peaks = self.peak_window(window_s)
+        lat = sorted(self.latencies)
+        return {
+            "shares": {
+                s: round(c / total, 4) if total else 0.0
+                for s, c in zip(self.sites, per_site, strict=True)
+            },
+            "peak_window_share": round(max(peaks.values()), 4) if peaks else 0.0,
+            "peak_window_shares": {s: round(v, 4) for s, v in peaks.items()},
+            "requests": total,
+            "overshoot": self.overshoot,
+            "shed": self.shed,
+            "failed": self.failed,
+            "retried": self.retried,
+            "latency_p50_s": _quantile(lat, 0.50),
+            "latency_p99_s": _quantile(lat, 0.99),
+        }
+
+
+def _quantile(ordered: list[float], q: float) -> float | None:
+    """Nearest-rank quantile of sorted values (None without samples)."""
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q * len(ordered)))
+    return round(ordered[rank - 1], 4)
