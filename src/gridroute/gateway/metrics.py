@@ -1,0 +1,205 @@
+"""Prometheus metrics of one gateway worker, with the seed's names and bounded labels.
+
+Per-site gauges are computed at scrape time from the current snapshot and the own
+in-flight counts (`GridCollector`), so the request path pays nothing for them and a
+scrape always shows the counted rho of this instant. Per-request counters keep their
+labelled children in dicts, so a request does a dict lookup and an `inc`, never a
+`labels()` call. Label values are site/provider names from the config, the core's
+`Path`/`Reason` enums, models from the config and status classes: all bounded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gridroute.core import Decision, Health, Path, Policy, SiteView
+from gridroute.gateway.live import LiveGrid
+
+NAN = math.nan
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_ROUTED_REASON = {Path.FALLBACK: "fallback", Path.LAST_RESORT: "last_resort"}
+_STATUS_CLASS = {n: f"{n}xx" for n in range(1, 6)}
+
+
+def _num(value: float | None) -> float:
+    return NAN if value is None else float(value)
+
+
+def counted_rho(view: SiteView, own_now: int) -> float | None:
+    """The rho the gridroute policy compares: others' polled load plus ours now."""
+    if not view.measured:
+        return None
+    rho = (view.base + own_now) / view.ceiling
+    if view.kv_rho is not None and view.kv_rho > rho:
+        rho = view.kv_rho
+    return rho
+
+
+class GridCollector(Collector):
+    """Per-site gauges `{site,cluster}` and `grid_route_shedding{model}`, read at scrape."""
+
+    def __init__(self, live: Callable[[], LiveGrid]) -> None:
+        self._live = live
+        self._seen: set[tuple[str, str]] = set()
+        self._models: set[str] = set()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        live = self._live()
+        snap = live.snapshot
+        labels = ["site", "cluster"]
+        fams = {
+            name: GaugeMetricFamily(f"grid_route_site_{name}", doc, labels=labels)
+            for name, doc in (
+                ("ceiling_soft", "Learned soft bound: most held with nothing waiting."),
+                ("ceiling_hard", "Learned hard bound: least held at a demonstrated limit."),
+                ("ceiling", "Effective ceiling the rho is measured against."),
+                ("rho_reported", "Smoothed rho from the site's own samples."),
+                ("rho_counted", "Others' polled in-flight plus this gateway's own, / ceiling."),
+                ("rho", "The rho this gateway's picks compare (counted under gridroute)."),
+                ("weight", "Capacity the draws use (NaN: no reading)."),
+                ("in_flight", "This gateway's own requests in flight to the site."),
+                ("up", "Backend health probe verdict: 1 up, 0 down, NaN not yet probed."),
+            )
+        }
+        counted_policy = snap.settings.local_accounting and any(
+            p is Policy.GRIDROUTE for p in live.routing.policies.values()
+        )
+        weights: dict[str, float] = {}
+        for model in live.routing.policies:
+            plan = snap.plan(model)
+            if plan is not None:
+                for k, w in plan.weights.items():
+                    weights.setdefault(k, w)
+        now_seen: set[tuple[str, str]] = set()
+        for v in snap.views:
+            lv = [v.site, v.provider]
+            now_seen.add((v.site, v.provider))
+            own = live.own.counts.get(v.key, 0)
+            reported = v.rho
+            counted = counted_rho(v, own)
+            fams["ceiling_soft"].add_metric(lv, _num(v.soft))
+            fams["ceiling_hard"].add_metric(lv, _num(v.hard))
+            fams["ceiling"].add_metric(lv, v.ceiling if v.measured else NAN)
+            fams["rho_reported"].add_metric(lv, _num(reported))
+            fams["rho_counted"].add_metric(lv, _num(counted))
+            fams["rho"].add_metric(lv, _num(counted if counted_policy else reported))
+            fams["weight"].add_metric(lv, weights.get(v.key, NAN) if v.measured else NAN)
+            fams["in_flight"].add_metric(lv, float(own))
+            up = {Health.UP: 1.0, Health.DOWN: 0.0}.get(v.health, NAN)
+            fams["up"].add_metric(lv, up)
+        for site, cluster in self._seen - now_seen:
+            for fam in fams.values():
+                fam.add_metric([site, cluster], NAN)
+        self._seen |= now_seen
+        yield from fams.values()
+        shed = GaugeMetricFamily(
+            "grid_route_shedding", "1 while a model is shed (answered 429).", labels=["model"]
+        )
+        self._models |= set(live.routing.policies)
+        for model in sorted(self._models):
+            shed.add_metric([model], 1.0 if model in snap.shedding else 0.0)
+        yield shed
+
+
+class GatewayMetrics:
+    """Counters and histograms the request path updates, in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self._selections = Counter(
+            "grid_route_selections_total", "Picks by the arm that chose.", ["path"], registry=r
+        )
+        self._decisions = Counter(
+            "grid_route_decisions_total",
+            "Candidates routed (reason routed, fallback, last_resort) or refused and why.",
+            ["site", "reason"],
+            registry=r,
+        )
+        self._retries = Counter(
+            "grid_route_retries_total",
+            "Attempts retried on another site, by the site that failed and why.",
+            ["site", "reason"],
+            registry=r,
+        )
+        self._duration = Histogram(
+            "grid_route_request_duration_seconds",
+            "Time from the request's arrival to its last byte, by site and status class.",
+            ["site", "status"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self._reloads = Counter(
+            "grid_gateway_config_reload_total",
+            "Config reloads (SIGHUP) by result: ok, or error (the running config stays).",
+            ["result"],
+            registry=r,
+        )
+        self._sel: dict[str, Counter] = {}
+        self._dec: dict[tuple[str, str], Counter] = {}
+        self._ret: dict[tuple[str, str], Counter] = {}
+        self._dur: dict[tuple[str, int], Histogram] = {}
+
+    def watch(self, live: Callable[[], LiveGrid]) -> None:
+        """Register the scrape-time per-site gauges of the (current) live grid."""
+        self.registry.register(GridCollector(live))
+
+    def decision(self, d: Decision) -> None:
+        """Count one decision: its path, the routed site, and every refused candidate."""
+        path = d.path.value
+        c = self._sel.get(path)
+        if c is None:
+            c = self._sel[path] = self._selections.labels(path)
+        c.inc()
+        if d.view is not None:
+            self._decision_inc(d.view.site, _ROUTED_REASON.get(d.path, "routed"))
+        for site, reason in d.refused:
+            self._decision_inc(site, reason)
+
+    def _decision_inc(self, site: str, reason: str) -> None:
+        key = (site, reason)
+        c = self._dec.get(key)
+        if c is None:
+            c = self._dec[key] = self._decisions.labels(site, reason)
+        c.inc()
+
+    def retry(self, site: str, reason: str) -> None:
+        key = (site, reason)
+        c = self._ret.get(key)
+        if c is None:
+            c = self._ret[key] = self._retries.labels(site, reason)
+        c.inc()
+
+    def reload(self, result: str) -> None:
+        self._reloads.labels(result).inc()
+
+    def selections(self) -> dict[str, float]:
+        """Picks so far by path (for /grid/status)."""
+        return {
+            sample.labels["path"]: sample.value
+            for metric in self._selections.collect()
+            for sample in metric.samples
+            if sample.name.endswith("_total")
+        }
+
+    def decisions(self) -> dict[str, dict[str, float]]:
+        """Decisions so far by site, then reason (for /grid/status)."""
+        out: dict[str, dict[str, float]] = {}
+        for metric in self._decisions.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_total"):
+                    labels = sample.labels
+                    out.setdefault(labels["site"], {})[labels["reason"]] = sample.value
+        return out
+
+    def duration(self, site: str, status: int, seconds: float) -> None:
+        key = (site, status // 100)
+        h = self._dur.get(key)
+        if h is None:
+            h = self._dur[key] = self._duration.labels(site, _STATUS_CLASS.get(key[1], "other"))
+        h.observe(seconds)

@@ -1,0 +1,307 @@
+"""The request path: read the model, decide, forward, relay the answer byte for byte.
+
+    body (<= limits.max_body_bytes) -> model -> admit (decide, maybe hold) -> attempt
+    attempt: own.start -> connect + send -> status 429/503 or connect failure?
+               -> once, before any byte went to the client: decide again excluding
+                  the sites tried, and attempt there
+             -> headers + body relayed chunk by chunk -> own.end (always, in finally)
+
+Nothing here awaits the operator or a metrics endpoint: the decision reads the
+snapshot the signals loop last published. The client's bytes go upstream unchanged
+except hop-by-hop headers and `x-grid-*` (never trusted from a client); the
+backend's bytes come back unchanged (no decompression), with `x-grid-site` and
+`x-grid-backend` added. A client that goes away cancels this handler (the runner
+sets `handler_cancellation`), which closes the upstream connection, so the backend
+stops generating.
+
+Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gridroute.core import Decision, Outcome, Policy, SiteView, Snapshot, decide
+from gridroute.core.select import RETRY_AFTER_S
+from gridroute.gateway.admission import admit
+from gridroute.gateway.runtime import GATEWAY, Gateway
+from gridroute.wire import openai_errors as errs
+
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "expect",
+    }
+)
+_RETRY_STATUS = frozenset({429, 503})
+_CONNECT_FAILURES = (
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+    aiohttp.ServerDisconnectedError,
+)
+"""Failures before the backend answered anything, safe to retry elsewhere. A server
+that closes a pooled keep-alive connection as it dies looks like a disconnect before
+the answer; a connect timeout is what a partitioned site looks like."""
+
+
+def error_response(status: int, body: bytes, retry_after: int | None = None) -> web.Response:
+    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
+    return web.Response(status=status, body=body, content_type=errs.CONTENT_TYPE, headers=headers)
+
+
+def _strip_set(request: web.Request) -> frozenset[str]:
+    """Hop-by-hop headers, plus any the client's `Connection` header names."""
+    conn = request.headers.get("Connection")
+    if not conn:
+        return _HOP_BY_HOP
+    extra = {t.strip().lower() for t in conn.split(",")} - {"close", "keep-alive", ""}
+    return _HOP_BY_HOP | extra if extra else _HOP_BY_HOP
+
+
+def forward_headers(request: web.Request) -> list[tuple[str, str]]:
+    """The client's headers minus hop-by-hop ones and every `x-grid-*`."""
+    strip = _strip_set(request)
+    out: list[tuple[str, str]] = []
+    for k, v in request.headers.items():
+        lk = k.lower()
+        if lk in strip or lk.startswith("x-grid-"):
+            continue
+        out.append((k, v))
+    return out
+
+
+def response_headers(up: aiohttp.ClientResponse, view: SiteView) -> CIMultiDict[str]:
+    """The backend's headers minus hop-by-hop ones, with this gateway's `x-grid-*`."""
+    h: CIMultiDict[str] = CIMultiDict()
+    for k, v in up.headers.items():
+        lk = k.lower()
+        if lk in _HOP_BY_HOP or lk.startswith("x-grid-"):
+            continue
+        h.add(k, v)
+    h["x-grid-site"] = view.site
+    h["x-grid-backend"] = view.provider
+    return h
+
+
+def refuse(gw: Gateway, d: Decision) -> web.Response:
+    """The gateway's own answer when a decision routes nowhere (seed PR, "Errors")."""
+    if d.outcome is Outcome.SHED:
+        retry = d.retry_after_s or _retry_after(gw)
+        return error_response(429, errs.SHED, retry)
+    if d.outcome is Outcome.UNKNOWN_MODEL:
+        return error_response(404, errs.MODEL_NOT_FOUND)
+    return error_response(503, errs.NO_HEALTHY_SITE, _retry_after(gw))
+
+
+def _retry_after(gw: Gateway) -> int:
+    return RETRY_AFTER_S[int(gw.live.rng.random() * len(RETRY_AFTER_S))]
+
+
+async def read_model(request: web.Request, limit: int) -> tuple[bytes, str] | web.Response:
+    """The whole body (bounded) and its `model`, or the 400/413 answer."""
+    length = request.content_length
+    if length is not None and length > limit:
+        return error_response(413, errs.TOO_LARGE)
+    if length is not None:
+        body = await request.read()
+    else:  # chunked: count as it arrives, stop at the limit
+        buf = bytearray()
+        async for chunk in request.content.iter_any():
+            buf += chunk
+            if len(buf) > limit:
+                return error_response(413, errs.TOO_LARGE)
+        body = bytes(buf)
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return error_response(400, errs.INVALID_JSON)
+    model = doc.get("model") if isinstance(doc, dict) else None
+    if not isinstance(model, str) or not model:
+        return error_response(400, errs.MISSING_MODEL)
+    return body, model
+
+
+class _Retry(Exception):
+    """Internal: this attempt failed before any byte reached the client; try `decision`."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    """aiohttp handler of every routed OpenAI endpoint."""
+    gw = request.app[GATEWAY]
+    clock = gw.live.clock
+    t0 = clock()
+    if gw.draining:
+        return error_response(503, errs.SHUTTING_DOWN, 1)
+    got = await read_model(request, gw.max_body)
+    if isinstance(got, web.Response):
+        return got
+    body, model = got
+    live = gw.live
+    policy = live.routing.policies.get(model)
+    if policy is None:
+        gw.metrics.duration("", 404, clock() - t0)
+        return error_response(404, errs.MODEL_NOT_FOUND)
+    tracer = gw.tracer
+    span = tracer.start(request.path, model, policy) if tracer is not None else None
+    d: Decision | None = None
+    site = ""
+    status = 0
+    attempts = 0
+    try:
+        d, snap = await admit(live, model, policy)
+        fwd = forward_headers(request)
+        path_qs = request.raw_path
+        tried: frozenset[str] = frozenset()
+        resp: web.StreamResponse
+        while True:
+            gw.metrics.decision(d)
+            gw.refusals.note(model, d.outcome)
+            view = d.view
+            if d.outcome is not Outcome.ROUTE or view is None:
+                resp = refuse(gw, d)
+                status = resp.status
+                return resp
+            site = view.site
+            attempts += 1
+            try:
+                resp = await _attempt(
+                    gw, request, view, path_qs, body, fwd, model, policy, snap, tried
+                )
+                status = resp.status
+                return resp
+            except _Retry as r:
+                tried = tried | {view.key}
+                d = r.decision
+    finally:
+        gw.metrics.duration(site, status or 499, clock() - t0)
+        if span is not None and tracer is not None:
+            tracer.end(span, d, site, attempts, status)
+
+
+def _next(
+    gw: Gateway,
+    snap: Snapshot,
+    model: str,
+    policy: Policy,
+    exclude: frozenset[str],
+) -> Decision | None:
+    """Where a retry goes: another eligible site on the request's snapshot, or nowhere."""
+    d = decide(
+        snap, model, gw.live.rng, policy, gw.live.own.counts, can_hold=False, exclude=exclude
+    )
+    return d if d.outcome is Outcome.ROUTE and d.view is not None else None
+
+
+async def _attempt(
+    gw: Gateway,
+    request: web.Request,
+    view: SiteView,
+    path_qs: str,
+    body: bytes,
+    fwd: list[tuple[str, str]],
+    model: str,
+    policy: Policy,
+    snap: Snapshot,
+    tried: frozenset[str],
+) -> web.StreamResponse:
+    """One attempt on one site; exactly one `own.end` for its `own.start`, on every path."""
+    live = gw.live
+    key = view.key
+    may_retry = not tried
+    backend = gw.backends.by_key.get(key)
+    own = live.own
+    own.start(key, live.clock())
+    try:
+        if backend is None:
+            # The config was reloaded between the decision and now: treat as unreachable.
+            raise aiohttp.ClientConnectorError  # type: ignore[call-arg]
+        try:
+            up = await backend.session.request(
+                request.method,
+                backend.url(path_qs),
+                data=body,
+                headers=fwd,
+                server_hostname=backend.server_hostname,
+            )
+        except _CONNECT_FAILURES as exc:
+            nxt = _next(gw, snap, model, policy, tried | {key}) if may_retry else None
+            if nxt is not None:
+                gw.metrics.retry(view.site, _failure_reason(exc))
+                raise _Retry(nxt) from exc
+            if isinstance(exc, aiohttp.ConnectionTimeoutError):
+                return error_response(504, errs.UPSTREAM_TIMEOUT)
+            return error_response(502, errs.UPSTREAM_FAILED)
+        except aiohttp.SocketTimeoutError:
+            return error_response(504, errs.UPSTREAM_TIMEOUT)
+        except aiohttp.ClientError:
+            return error_response(502, errs.UPSTREAM_FAILED)
+        try:
+            if up.status in _RETRY_STATUS and may_retry:
+                nxt = _next(gw, snap, model, policy, tried | {key})
+                if nxt is not None:
+                    gw.metrics.retry(view.site, f"status_{up.status}")
+                    raise _Retry(nxt)
+            return await _relay(request, up, view)
+        finally:
+            up.release()
+    finally:
+        own.end(key, live.clock())
+        live.changes.wake()
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect_timeout"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "disconnected"
+    return "connect_failed"
+
+
+async def _relay(
+    request: web.Request, up: aiohttp.ClientResponse, view: SiteView
+) -> web.StreamResponse:
+    """Status, headers and body of the backend's answer, chunk by chunk, with backpressure.
+
+    `resp.write` waits for the client's socket to drain past aiohttp's high-water mark,
+    and `readany` reads from a bounded buffer that pauses the backend socket, so a slow
+    client slows its backend stream instead of filling memory. A backend that fails
+    mid-body cuts the client connection: a truncated answer must not look complete.
+    """
+    resp = web.StreamResponse(
+        status=up.status, reason=up.reason, headers=response_headers(up, view)
+    )
+    if up.content_length is not None and "Transfer-Encoding" not in up.headers:
+        resp.content_length = up.content_length
+    await resp.prepare(request)
+    content = up.content
+    try:
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                break
+            await resp.write(chunk)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        raise ConnectionResetError("backend failed mid-answer") from exc
+    await resp.write_eof()
+    return resp

@@ -1,0 +1,189 @@
+"""One gateway worker: config, live grid, pools, metrics, probes and the signals loop.
+
+`Gateway` owns everything with a lifetime; the aiohttp app (`gateway.app`) and the
+request path (`gateway.proxy`) read its attributes. `reload` swaps in a new config
+without dropping warm pools of unchanged backends, the learning about candidates
+that stay, or requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gridroute.gateway.backends import Backends, ssl_context
+from gridroute.gateway.config import ConfigError, GatewayConfig, OperatorConfig, load_config
+from gridroute.gateway.health import HealthProber
+from gridroute.gateway.live import LiveGrid
+from gridroute.gateway.metrics import GatewayMetrics
+from gridroute.gateway.refusals import RefusalLog
+from gridroute.gateway.routing import build_routing
+from gridroute.gateway.signals_loop import SignalsLoop, SignalsSource
+from gridroute.gateway.status import DecisionHistory
+from gridroute.gateway.tracing import RequestTracer, make_tracer
+from gridroute.wire.poller import LOCAL_LIMITS, PollLimits, PollMetrics, SignalsClient
+
+log = logging.getLogger("gridroute.gateway")
+
+SourceFactory = Callable[[OperatorConfig, PollMetrics], SignalsSource]
+
+
+def operator_source(op: OperatorConfig, metrics: PollMetrics) -> SignalsSource:
+    """The bounded `/signals` client toward the local operator (the operator's own poller)."""
+    ctx: ssl.SSLContext | None = None
+    if op.tls is not None:
+        made = ssl_context(op.tls)
+        ctx = made if isinstance(made, ssl.SSLContext) else None
+        if ctx is not None and op.identity is not None:
+            ctx.check_hostname = False
+    limits = PollLimits(
+        timeout_s=op.timeout_s,
+        read_limit_bytes=op.max_response_bytes,
+        max_lines=LOCAL_LIMITS.max_lines,
+        max_providers=LOCAL_LIMITS.max_providers,
+    )
+    return SignalsClient(
+        "local",
+        op.url.rstrip("/") + "/signals",
+        metrics=metrics,
+        ssl_context=ctx,
+        expected_identity=op.identity,
+        limits=limits,
+    )
+
+
+class Gateway:
+    """Everything one gateway worker runs; `start` and `stop` bracket its life."""
+
+    def __init__(
+        self,
+        cfg: GatewayConfig,
+        *,
+        config_path: str | Path | None = None,
+        registry: CollectorRegistry | None = None,
+        tracer: RequestTracer | None = None,
+        source_factory: SourceFactory = operator_source,
+    ) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.routing = build_routing(cfg)
+        self.live = LiveGrid(self.routing, cfg.availability)
+        self.backends = Backends()
+        self.metrics = GatewayMetrics(registry)
+        self.metrics.watch(lambda: self.live)
+        self.poll_metrics = PollMetrics(self.metrics.registry)
+        self.refusals = RefusalLog()
+        self.tracer = tracer if tracer is not None else make_tracer(cfg.tracing)
+        self.max_body = cfg.limits.max_body_bytes
+        self.draining = False
+        self.started_at = 0.0
+        self.reloads: dict[str, int] = {"ok": 0, "error": 0}
+        self.last_reload_error: str | None = None
+        self._source_factory = source_factory
+        self.signals: SignalsLoop | None = None
+        self.prober = HealthProber(cfg.health, self.backends, lambda: self.live)
+        self.history = DecisionHistory()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def ready(self) -> bool:
+        """True once the first operator poll and the first probe round have completed."""
+        polled = self.signals is None or self.signals.completed > 0
+        probed = not self.cfg.health.enabled or self.prober.rounds > 0
+        return polled and probed and not self.draining
+
+    async def start(self) -> None:
+        await self.backends.sync(self.routing.backends)
+        self._start_signals()
+        if self.cfg.health.enabled:
+            self._tasks.append(asyncio.create_task(self.prober.run(), name="health"))
+        self._tasks.append(asyncio.create_task(self._record_history(), name="history"))
+
+    async def _record_history(self) -> None:
+        while True:
+            self.history.record(self, self.live.clock())
+            await asyncio.sleep(1.0)
+
+    def _start_signals(self) -> None:
+        op = self.cfg.operator
+        if op is None:
+            return
+        source = self._source_factory(op, self.poll_metrics)
+        self.signals = SignalsLoop(
+            source, lambda: self.live, self.cfg.local_site, op.poll_interval_s
+        )
+        self._tasks.append(asyncio.create_task(self.signals.run(), name="signals"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.signals is not None:
+            await self.signals.source.close()
+        await self.backends.close()
+
+    async def reload(self, cfg: GatewayConfig) -> None:
+        """Adopt a new config. `listen`, `workers` and `metrics.listen` need a restart."""
+        old = self.cfg
+        for name in ("listen", "workers", "metrics"):
+            if getattr(cfg, name) != getattr(old, name):
+                log.warning("reload: %s changed; it takes effect at the next restart", name)
+        routing = build_routing(cfg)
+        await self.backends.sync(routing.backends)  # may raise: nothing adopted yet
+        self.cfg = cfg
+        self.routing = routing
+        self.live.reconfigure(self.routing, cfg.availability)
+        self.max_body = cfg.limits.max_body_bytes
+        self.prober.cfg = cfg.health
+        if cfg.tracing != old.tracing:
+            self.tracer = make_tracer(cfg.tracing)
+        if cfg.operator != old.operator or cfg.local_site != old.local_site:
+            if self.signals is not None:
+                task = next(t for t in self._tasks if t.get_name() == "signals")
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                self._tasks.remove(task)
+                await self.signals.source.close()
+                self.signals = None
+            self._start_signals()
+
+    def _reloaded(self, result: str) -> None:
+        self.reloads[result] += 1
+        self.metrics.reload(result)
+
+    async def reload_file(self) -> bool:
+        """SIGHUP: re-read the config file; on any error keep the running config."""
+        if self.config_path is None:
+            return False
+        try:
+            cfg = load_config(self.config_path)
+            await self.reload(cfg)
+        except ConfigError as exc:
+            self._reloaded("error")
+            self.last_reload_error = str(exc)
+            log.error("reload refused, keeping the running config:\n%s", exc)
+            return False
+        except Exception as exc:  # e.g. an unreadable TLS file in a new backend
+            self._reloaded("error")
+            self.last_reload_error = f"{type(exc).__name__}: {exc}"
+            log.exception("reload failed, keeping the running config")
+            return False
+        self._reloaded("ok")
+        self.last_reload_error = None
+        log.warning("reload: config %s adopted", self.config_path)
+        return True
+
+
+GATEWAY = web.AppKey("gateway", Gateway)
+"""Where the aiohttp app keeps its `Gateway`."""

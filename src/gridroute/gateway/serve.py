@@ -1,0 +1,130 @@
+"""Run the gateway as a process: workers, listeners, signals, graceful shutdown.
+
+`gridroute gateway --config FILE` calls `serve`. With `workers` N > 1 the parent forks
+N workers that each bind `listen` with SO_REUSEPORT (the kernel spreads connections)
+and run a whole gateway: own pools, own poll of the operator, own accounting, so
+each counts as one gateway for the fair-share rule. The parent forwards SIGHUP and
+SIGTERM to them and waits.
+
+Signals in a worker: SIGHUP reloads the config file (keeping the running config on
+any error); SIGTERM/SIGINT stop accepting, let in-flight requests finish for up to
+`shutdown_grace_s`, then close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from gridroute.gateway.app import create_app, create_metrics_app
+from gridroute.gateway.config import GatewayConfig, load_config
+from gridroute.gateway.runtime import Gateway
+
+log = logging.getLogger("gridroute.gateway")
+
+
+def split_hostport(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _install_uvloop() -> str:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
+
+
+async def run_worker(cfg: GatewayConfig, config_path: Path | None, index: int = 0) -> None:
+    """Serve until SIGTERM/SIGINT; print `listening on URL` once bound."""
+    gw = Gateway(cfg, config_path=config_path)
+    runner = web.AppRunner(
+        create_app(gw),
+        handler_cancellation=True,
+        shutdown_timeout=cfg.shutdown_grace_s,
+        access_log=None,
+    )
+    await runner.setup()
+    host, port = split_hostport(cfg.listen)
+    site = web.TCPSite(runner, host, port, reuse_port=cfg.workers > 1, backlog=1024)
+    await site.start()
+    metrics_runner: web.AppRunner | None = None
+    if cfg.metrics.listen is not None:
+        mhost, mport = split_hostport(cfg.metrics.listen)
+        metrics_runner = web.AppRunner(create_metrics_app(gw), access_log=None)
+        await metrics_runner.setup()
+        await web.TCPSite(metrics_runner, mhost, mport + index if mport else 0).start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    reloading: set[asyncio.Task[bool]] = set()
+
+    def on_hup() -> None:
+        task = loop.create_task(gw.reload_file())
+        reloading.add(task)
+        task.add_done_callback(reloading.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    for addr in runner.addresses:
+        print(f"listening on http://{addr[0]}:{addr[1]}", flush=True)
+    if metrics_runner is not None:
+        for addr in metrics_runner.addresses:
+            print(f"metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
+    await stop.wait()
+    log.warning("shutting down: draining in-flight requests for up to %ss", cfg.shutdown_grace_s)
+    gw.draining = True
+    await runner.cleanup()
+    if metrics_runner is not None:
+        await metrics_runner.cleanup()
+
+
+def serve(config_path: Path) -> int:
+    """Entry point of `gridroute gateway`; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    cfg = load_config(config_path)
+    if cfg.workers == 1:
+        _install_uvloop()
+        asyncio.run(run_worker(cfg, config_path))
+        return 0
+    children: list[int] = []
+    for index in range(cfg.workers):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 0
+            try:
+                _install_uvloop()
+                asyncio.run(run_worker(cfg, config_path, index))
+            except BaseException:
+                log.exception("worker %d failed", index)
+                code = 1
+            os._exit(code)
+        children.append(pid)
+
+    def forward(signum: int, _frame: object) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    status = 0
+    for pid in children:
+        while True:
+            try:
+                _, code = os.waitpid(pid, 0)
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
+                continue
+        status = status or (os.waitstatus_to_exitcode(code) != 0)
+    sys.stdout.flush()
+    return int(status)

@@ -1,0 +1,72 @@
+"""The one poll: read the local operator's `/signals` once per interval, publish a snapshot.
+
+The bounded client, its result metrics (`grid_signals_*`) and its transition logging
+are the operator's (`gridroute.wire.poller.SignalsClient`); this loop only paces it
+and folds each good read into the live grid. A failed poll changes nothing: the
+snapshot stays, and since the local site is judged at the last good read, a stalled
+operator pauses the silence judgement instead of silencing every site.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from gridroute.gateway.live import LiveGrid
+from gridroute.wire.poller import PollOutcome, PollResult
+
+log = logging.getLogger("gridroute.gateway")
+
+
+class SignalsSource(Protocol):
+    """What the loop needs of a poller (the real one, or a test's fake)."""
+
+    async def poll(self) -> PollOutcome: ...
+
+    async def close(self) -> None: ...
+
+
+class SignalsLoop:
+    """Polls `source` every `interval_s`; counts completed polls for readiness."""
+
+    def __init__(
+        self,
+        source: SignalsSource,
+        live: Callable[[], LiveGrid],
+        local_site: str | None,
+        interval_s: float,
+    ) -> None:
+        self.source = source
+        self._live = live
+        self.local_site = local_site
+        self.interval_s = interval_s
+        self.completed = 0
+        """Polls finished, whatever their result (readiness needs one)."""
+        self.latest: PollOutcome | None = None
+
+    def fold(self, outcome: PollOutcome) -> None:
+        """Adopt one poll outcome: a good read refreshes the snapshot."""
+        self.latest = outcome
+        self.completed += 1
+        decoded = outcome.decoded
+        if outcome.result is not PollResult.OK or decoded is None:
+            return
+        live = self._live()
+        rounds: dict[str, float | None] = dict(decoded.round_ends)
+        if self.local_site is not None:
+            rounds[self.local_site] = outcome.ended_at
+        live.refresh(decoded.samples, rounds, live.clock())
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                self.fold(await self.source.poll())
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in folding must not stop the polling
+                log.exception("signals: folding a poll failed")
+            await asyncio.sleep(max(0.0, self.interval_s - (loop.time() - started)))

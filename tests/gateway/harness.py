@@ -1,0 +1,117 @@
+"""An in-process grid for gateway tests: fake model servers + one gateway on loopback.
+
+Everything runs in one event loop (tests call `asyncio.run`), so a test can read the
+gateway's own counters and the fake servers' state directly, and feed load to the
+core with `Grid.feed` instead of running operators (tests/e2e does that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from aiohttp import web
+
+from gridroute.core import Sample
+from gridroute.gateway.app import create_app
+from gridroute.gateway.config import GatewayConfig
+from gridroute.gateway.runtime import Gateway
+from gridroute.local.fakeconfig import FakeServerConfig
+from gridroute.local.fakeserver import RunningFakeServer, start_fake_server
+
+MODEL = "m"
+
+
+@dataclass
+class Grid:
+    gw: Gateway
+    url: str
+    servers: dict[str, RunningFakeServer]
+    runner: web.AppRunner
+    clients: list[openai.AsyncOpenAI] = field(default_factory=list)
+
+    def client(self, **kw: Any) -> openai.AsyncOpenAI:
+        """An official client pointed at the gateway (closed with the grid)."""
+        c = openai.AsyncOpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, **kw)
+        self.clients.append(c)
+        return c
+
+    def feed(self, loads: dict[str, tuple[float, float, float]]) -> None:
+        """Publish one sample per site: (running, waiting, max_running), fresh now."""
+        now = time.time()
+        samples = [
+            Sample(site, site, now, running=r, waiting=w, ready=1.0, max_running=m, generation=1)
+            for site, (r, w, m) in loads.items()
+        ]
+        self.gw.live.refresh(samples, {site: now for site in loads}, now)
+
+    def in_flight(self) -> int:
+        return self.gw.live.own.total()
+
+
+def config(urls: dict[str, str], **overrides: Any) -> GatewayConfig:
+    data: dict[str, Any] = {
+        "listen": "127.0.0.1:0",
+        "sites": [{"name": name, "backend_url": url} for name, url in urls.items()],
+        "models": [{"name": MODEL}],
+        "health": {"enabled": False},
+    }
+    data.update(overrides)
+    return GatewayConfig.model_validate(data)
+
+
+@contextlib.asynccontextmanager
+async def running_grid(
+    sites: dict[str, FakeServerConfig | str], **overrides: Any
+) -> AsyncIterator[Grid]:
+    """Start fake servers (or use given URLs) and a gateway in front of them."""
+    servers: dict[str, RunningFakeServer] = {}
+    urls: dict[str, str] = {}
+    for name, spec in sites.items():
+        if isinstance(spec, str):
+            urls[name] = spec
+        else:
+            servers[name] = await start_fake_server(spec)
+            urls[name] = servers[name].url
+    gw = Gateway(config(urls, **overrides))
+    runner = web.AppRunner(create_app(gw), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    grid = Grid(gw, f"http://127.0.0.1:{port}", servers, runner)
+    try:
+        yield grid
+    finally:
+        for c in grid.clients:
+            await c.close()
+        await runner.cleanup()
+        for srv in servers.values():
+            await srv.close()
+
+
+def fake(name: str, **kw: Any) -> FakeServerConfig:
+    kw.setdefault("service_s", 0.0)
+    kw.setdefault("tokens", 4)
+    return FakeServerConfig(models=[MODEL], name=name, **kw)
+
+
+def run(scenario: Callable[[], Awaitable[None]], timeout: float = 30.0) -> None:
+    async def bounded() -> None:
+        await asyncio.wait_for(scenario(), timeout)
+
+    asyncio.run(bounded())
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait (polling) until `check()` holds; fail the test with a clear message if not."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.01)
