@@ -4,7 +4,7 @@ The operator scrapes a model server (vLLM, SGLang) or an llm-d EPP and needs a
 handful of gauges out of a page that is mostly histograms. This module reads the
 page line by line with one compiled pattern (every line is checked, so a page of
 HTML or a truncated body is a failed scrape, not a silent zero) and keeps only
-the series it knows. It is about ten times faster than prometheus_client's
+the series it knows. It is about six times faster than prometheus_client's
 parser on real pages (see bench/bench_signals.py) and is fuzzed against it.
 
 Conventions (`gridroute.core.sample`): `running` and `waiting` are per-endpoint
