@@ -1,0 +1,174 @@
+"""The simulator end to end, at reduced durations: orderings, disturbances, determinism.
+
+The full-length numbers live in bench/bench_sim.py and docs/simulator.md; these tests
+assert what must hold at any length, so they fail when a behaviour breaks, not when a
+number drifts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gridroute.core import Policy
+from gridroute.sim.engine import Run, ideal_requests, run_scenario, split
+from gridroute.sim.report import document
+from gridroute.sim.scenario import Scenario, parse_scenario
+
+
+def rows(data: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(r.row["policy"], r.row["clients"]): r.row for r in run_scenario(parse_scenario(data))}
+
+
+@pytest.fixture(scope="module")
+def seed10() -> dict[tuple[str, int], dict[str, Any]]:
+    """The seed scenario cut to 10 s (about 1 s of CPU)."""
+    return rows({"duration_s": 10})
+
+
+def test_seed_orderings_at_256_clients(seed10: dict[tuple[str, int], dict[str, Any]]) -> None:
+    first, sat, grid = (seed10[(p, 256)] for p in ("first", "saturation", "gridroute"))
+    assert grid["requests"] >= sat["requests"] >= first["requests"]
+    assert grid["overshoot"] * 20 < sat["overshoot"]
+    assert grid["requests"] >= 0.99 * grid["ideal_requests"]
+
+
+def test_first_caps_at_the_first_site(seed10: dict[tuple[str, int], dict[str, Any]]) -> None:
+    row = seed10[("first", 256)]
+    assert row["shares"] == {"hub": 1.0, "west": 0.0, "east": 0.0}
+    # 128 slots x 5 requests/s x 10 s: the old path serves one site's worth.
+    assert row["requests"] == 6400
+    assert row["ideal_requests"] == 12800
+
+
+def test_gridroute_tracks_capacity_share(seed10: dict[tuple[str, int], dict[str, Any]]) -> None:
+    for clients in (64, 128, 256):
+        row = seed10[("gridroute", clients)]
+        for site, cap in (("hub", 0.4), ("west", 0.4), ("east", 0.2)):
+            assert abs(row["peak_window_shares"][site] - cap) <= 0.03
+        assert row["failed"] == 0 and row["shed"] == 0
+
+
+def test_requests_never_exceed_ideal(seed10: dict[tuple[str, int], dict[str, Any]]) -> None:
+    for row in seed10.values():
+        assert row["requests"] <= row["ideal_requests"]
+
+
+def test_same_seed_same_rows_and_another_seed_differs() -> None:
+    data = {
+        "duration_s": 4,
+        "clients": [256],
+        "gateways": 2,
+        "service": {"distribution": "exponential"},
+    }
+    one = json.dumps(document(parse_scenario(data), run_scenario(parse_scenario(data))))
+    two = json.dumps(document(parse_scenario(data), run_scenario(parse_scenario(data))))
+    assert one == two
+    other = {**data, "seed": 2}
+    three = json.dumps([r.row for r in run_scenario(parse_scenario(other))])
+    assert three != json.dumps(json.loads(one)["rows"])
+
+
+def test_partition_is_routed_around_and_returns() -> None:
+    row = rows(
+        {
+            "duration_s": 22,
+            "clients": [128],
+            "gateways": 2,
+            "policies": ["gridroute"],
+            "events": [{"at_s": 5, "until_s": 15, "partition": "east"}],
+        }
+    )[("gridroute", 128)]
+    assert row["failed"] == 0
+    probes = row["events"]
+    assert [p["gateway"] for p in probes] == [0, 1]  # hub and west; none sits at east
+    for p in probes:
+        # Judged silent once the newest sample (at most a scrape and a poll before the
+        # cut) is older than the freshness window (5 s) ...
+        assert 5.0 - 2 * 1.0 <= p["silent_after_s"] <= 5.0 + 2 * 1.0
+        assert p["sent_after_silent"] == 0
+        # ... and routed to again about two polls after it came back.
+        assert p["live_again_after_s"] <= 3 * 1.0
+        assert p["first_send_after_s"] is not None and p["first_send_after_s"] <= 3.2
+    assert row["retried"] > 0  # requests sent before it was judged silent were retried
+
+
+def test_gateway_inside_the_partition_keeps_to_its_own_site() -> None:
+    sc = parse_scenario(
+        {
+            "duration_s": 20,
+            "clients": [64],
+            "gateways": 1,
+            "gateway_sites": ["east"],
+            "policies": ["gridroute"],
+            "events": [{"at_s": 5, "until_s": 15, "partition": "east"}],
+        }
+    )
+    result = Run(sc, Policy.GRIDROUTE, 64).run()
+    # Requests it sent to hub or west before judging them silent time out, and their one
+    # retry may pick the other unreachable site: those fail. Once both are judged silent,
+    # everything stays at east (64 clients fit its 64 slots).
+    assert 0 < result.row["failed"] < 64
+    series = result.series
+    inside = range(int(12 / series.bucket_s), int(15 / series.bucket_s))
+    assert sum(series.completions[i][b] for i in (0, 1) for b in inside) == 0
+    assert sum(series.completions[2][b] for b in inside) > 0
+
+
+def test_site_failure_fails_only_what_was_in_service() -> None:
+    row = rows(
+        {
+            "duration_s": 20,
+            "clients": [128],
+            "policies": ["gridroute"],
+            "events": [{"at_s": 5, "until_s": 12, "fail": "west"}],
+        }
+    )[("gridroute", 128)]
+    # ~40 % of 128 requests were at west when it died; nothing else fails.
+    assert 30 <= row["failed"] <= 70
+    (probe,) = row["events"]
+    assert probe["sent_after_silent"] == 0
+    assert probe["first_send_after_s"] is not None
+
+
+def test_admission_queue_means_no_overshoot_past_capacity() -> None:
+    row = rows(
+        {
+            "duration_s": 10,
+            "clients": [512],
+            "policies": ["gridroute"],
+            "availability": {"shedding": True, "max_queue_ms": 2000},
+        }
+    )[("gridroute", 512)]
+    assert row["overshoot"] == 0
+    assert row["failed"] == 0
+    assert row["requests"] >= 0.98 * 1600 * 10
+
+
+def test_client_step_and_operator_restart_run() -> None:
+    sc = parse_scenario(
+        {
+            "duration_s": 12,
+            "clients": 64,
+            "policies": ["gridroute"],
+            "events": [
+                {"at_s": 4, "clients": 256},
+                {"at_s": 6, "restart_operator": "hub"},
+                {"at_s": 8, "clients": 32},
+            ],
+        }
+    )
+    row = run_scenario(sc)[0].row
+    assert row["ideal_requests"] == (64 * 5 * 4 + 256 * 5 * 4 + 32 * 5 * 4)
+    assert row["failed"] == 0
+    assert row["requests"] >= 0.95 * row["ideal_requests"]
+
+
+def test_split_and_ideal() -> None:
+    assert sum(split(64, [0.7, 0.1, 0.1, 0.1])) == 64
+    assert split(64, [0.7, 0.1, 0.1, 0.1])[0] == 45
+    assert split(10, [0.25] * 4) == [3, 3, 2, 2]
+    assert ideal_requests(Scenario(), 256) == round(256 / 0.2 * 44.6)
+    assert ideal_requests(Scenario(), 512) == round(320 / 0.2 * 44.6)
