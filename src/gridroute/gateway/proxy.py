@@ -50,13 +50,15 @@ _HOP_BY_HOP = frozenset(
 )
 _RETRY_STATUS = frozenset({429, 503})
 _CONNECT_FAILURES = (
-    aiohttp.ClientConnectorError,
+    aiohttp.ClientOSError,  # connect refused/unreachable, and resets before the answer
     aiohttp.ConnectionTimeoutError,
     aiohttp.ServerDisconnectedError,
 )
-"""Failures before the backend answered anything, safe to retry elsewhere. A server
-that closes a pooled keep-alive connection as it dies looks like a disconnect before
-the answer; a connect timeout is what a partitioned site looks like."""
+"""Failures before the backend answered anything: retried once elsewhere. Besides
+connect errors and connect timeouts (a partitioned site), this includes a pooled
+keep-alive connection reset or closed before the answer's headers, which is what a
+backend that is going away looks like. Such a request may have reached the dying
+backend; re-running a generation costs compute, a client error costs the request."""
 
 
 def error_response(status: int, body: bytes, retry_after: int | None = None) -> web.Response:
@@ -272,7 +274,9 @@ def _failure_reason(exc: BaseException) -> str:
         return "connect_timeout"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "disconnected"
-    return "connect_failed"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect_failed"
+    return "reset"
 
 
 async def _relay(
@@ -298,10 +302,13 @@ async def _relay(
             if not chunk:
                 break
             await resp.write(chunk)
-    except (TimeoutError, aiohttp.ClientError) as exc:
+    except (TimeoutError, aiohttp.ClientError):
+        # Cut the client connection: aiohttp then skips the final chunk, so the client
+        # sees a truncated answer rather than a complete-looking one. No traceback: a
+        # backend dying mid-stream is an event (counted by status class), not a bug.
         transport = request.transport
         if transport is not None:
             transport.abort()
-        raise ConnectionResetError("backend failed mid-answer") from exc
+        return resp
     await resp.write_eof()
     return resp

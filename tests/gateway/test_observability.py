@@ -1,0 +1,158 @@
+"""Metrics, /grid/status, readiness, tracing spans and transition logs."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import aiohttp
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import generate_latest
+
+from gridroute.gateway.app import create_metrics_app
+from gridroute.gateway.tracing import RequestTracer
+from tests.gateway.backends import serve
+from tests.gateway.harness import MODEL, fake, run, running_grid
+
+CHAT = [{"role": "user", "content": "hello"}]
+SITE_GAUGES = (
+    "grid_route_site_ceiling_soft",
+    "grid_route_site_ceiling_hard",
+    "grid_route_site_ceiling",
+    "grid_route_site_rho_reported",
+    "grid_route_site_rho_counted",
+    "grid_route_site_rho",
+    "grid_route_site_weight",
+)
+
+
+def test_metrics_have_the_seed_names_and_nan_without_a_reading() -> None:
+    async def scenario() -> None:
+        async with running_grid({"a": fake("a"), "b": fake("b")}) as g:
+            reg = g.gw.metrics.registry
+            for name in SITE_GAUGES:
+                value = reg.get_sample_value(name, {"site": "a", "cluster": "a"})
+                assert value is not None and math.isnan(value), name
+            g.feed({"a": (2.0, 0.0, 10.0)})
+            assert reg.get_sample_value(
+                "grid_route_site_ceiling", {"site": "a", "cluster": "a"}
+            ) == pytest.approx(10.0)
+            assert reg.get_sample_value(
+                "grid_route_site_rho_counted", {"site": "a", "cluster": "a"}
+            ) == pytest.approx(0.2)
+            assert reg.get_sample_value("grid_route_shedding", {"model": MODEL}) == 0.0
+            await g.client().chat.completions.create(model=MODEL, messages=CHAT)
+            sel = sum(
+                s.value
+                for m in reg.collect()
+                if m.name == "grid_route_selections"
+                for s in m.samples
+                if s.name.endswith("_total")
+            )
+            assert sel == 1
+            assert (
+                reg.get_sample_value(
+                    "grid_route_decisions_total", {"site": "b", "reason": "unmeasured"}
+                )
+                == 1.0
+            )
+            count = reg.get_sample_value(
+                "grid_route_request_duration_seconds_count", {"site": "a", "status": "2xx"}
+            )
+            assert count == 1  # a is the only healthy site
+            async with (
+                serve(create_metrics_app(g.gw)) as murl,
+                aiohttp.ClientSession() as http,
+                http.get(murl + "/metrics") as r,
+            ):
+                text = await r.text()
+            for name in (*SITE_GAUGES, "grid_route_shedding", "grid_route_selections_total"):
+                assert f"\n{name}{{" in text, name
+            assert "grid_route_decisions_total" in generate_latest(reg).decode()
+
+    run(scenario)
+
+
+def test_grid_status_and_readiness() -> None:
+    async def scenario() -> None:
+        async with running_grid({"a": fake("a")}) as g, aiohttp.ClientSession() as http:
+            async with http.get(g.url + "/healthz") as r:
+                assert r.status == 200
+            async with http.get(g.url + "/readyz") as r:
+                assert r.status == 200  # no operator, probes off: nothing to wait for
+            g.feed({"a": (1.0, 0.0, 8.0)})
+            await g.client().chat.completions.create(model=MODEL, messages=CHAT)
+            async with http.get(g.url + "/grid/status") as r:
+                body = await r.json()
+            (site,) = body["sites"]
+            assert site["site"] == "a" and site["ready"] and site["live"] == "live"
+            assert site["capacity"] == 8.0 and site["in_flight"] == 0
+            assert body["models"][MODEL] == {
+                "policy": "gridroute",
+                "shedding": False,
+                "state": "routed",
+            }
+            assert sum(body["selections"]["total"].values()) == 1
+            assert body["decisions"]["total"]["a"]["routed"] == 1
+
+    run(scenario)
+
+
+def test_readiness_waits_for_the_first_probe_round() -> None:
+    async def scenario() -> None:
+        health = {"enabled": True, "interval_s": 0.05, "rise": 1}
+        async with running_grid({"a": fake("a")}, health=health) as g:
+            assert g.gw.prober.rounds == 0 or g.gw.ready
+            async with aiohttp.ClientSession() as http:
+                for _ in range(200):
+                    async with http.get(g.url + "/readyz") as r:
+                        if r.status == 200:
+                            break
+                assert r.status == 200
+
+    run(scenario)
+
+
+def test_a_span_per_request_with_the_decision() -> None:
+    async def scenario() -> None:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        async with running_grid({"a": fake("a")}) as g:
+            g.gw.tracer = RequestTracer(provider.get_tracer("test"))
+            await g.client().chat.completions.create(model=MODEL, messages=CHAT)
+        (span,) = exporter.get_finished_spans()
+        attrs = dict(span.attributes or {})
+        assert attrs["grid.policy"] == "gridroute"
+        assert attrs["grid.site"] == "a"
+        assert attrs["grid.attempts"] == 1
+        assert attrs["grid.path"] == "fallback"  # nothing measured yet
+        assert attrs["http.response.status_code"] == 200
+
+    run(scenario)
+
+
+def test_refusal_transitions_log_once(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with running_grid({"a": fake("a")}) as g:
+            import time
+
+            from gridroute.core import Sample
+
+            t = time.time()
+            g.gw.live.refresh([Sample("a", "a", t, running=0, ready=0.0)], {"a": t}, t)
+            client = g.client()
+            for _ in range(5):
+                with pytest.raises(Exception):  # noqa: B017 - 503, checked elsewhere
+                    await client.chat.completions.create(model=MODEL, messages=CHAT)
+            g.feed({"a": (0.0, 0.0, 8.0)})
+            for _ in range(5):
+                await client.chat.completions.create(model=MODEL, messages=CHAT)
+
+    with caplog.at_level(logging.WARNING, logger="gridroute.gateway"):
+        run(scenario)
+    lines = [r.getMessage() for r in caplog.records if "model m" in r.getMessage()]
+    assert lines == ["model m: start -> no_site", "model m: no_site -> routed"]
