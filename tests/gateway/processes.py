@@ -23,7 +23,7 @@ _LISTENING = re.compile(r"listening on (http://\S+)")
 class Proc:
     """A running `gridroute` process and the first URL it said it listens on."""
 
-    def __init__(self, args: list[str], timeout: float = 20.0) -> None:
+    def __init__(self, args: list[str], timeout: float = 20.0, wait: bool = True) -> None:
         exe = str(Path(sys.executable).with_name("gridroute"))
         self.popen = subprocess.Popen(
             [exe, *args],
@@ -46,7 +46,7 @@ class Proc:
                     found.set()
 
         threading.Thread(target=pump, daemon=True).start()
-        if not found.wait(timeout):
+        if wait and not found.wait(timeout):
             self.stop()
             raise AssertionError("no 'listening on' line:\n" + "".join(self.lines))
 
