@@ -43,13 +43,12 @@ def run(
     from gridroute.sim.report import print_report, write_json
     from gridroute.sim.scenario import ScenarioError, load_scenario, parse_scenario
 
-    err = Console(stderr=True)
     try:
         sc = load_scenario(scenario)
         if duration_s is not None:
             sc = parse_scenario({**sc.model_dump(), "duration_s": duration_s}, str(scenario))
     except ScenarioError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     results = run_scenario(sc)
     out = Console()
