@@ -102,9 +102,11 @@ def test_three_sites_draw_two_by_capacity_and_take_the_lower_rho(policy: Policy)
 def test_two_sites_weigh_capacity_over_one_plus_rho(policy: Policy) -> None:
     """'With two, weights are capacity over 1 + rho'."""
     g = Grid([Site("a", running=0, max_running=300), Site("b", running=50, max_running=100)])
+    for _ in range(50):  # the load at b is this gateway's own (gridroute reads own counts)
+        g.own.start("b/p", 0.5)
     snap = g.refresh(1.0)
     expected = (300 / 1.0) / (300 / 1.0 + 100 / 1.5)
-    c = _sites(snap, policy, n=20000)
+    c = _sites(snap, policy, n=20000, own=g.own.counts)
     assert c["a"] / 20000 == pytest.approx(expected, abs=0.015)
     assert decide(snap, MODEL, Random(1), policy).path is Path.PRESSURE_WEIGHTED
 
@@ -232,6 +234,7 @@ def test_paths_and_reasons_are_bounded_label_values() -> None:
         "queue_tie",
         "saturated",
         "affinity",
+        "borrow",
         "first",
         "fallback",
         "last_resort",

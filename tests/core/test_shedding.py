@@ -111,8 +111,14 @@ def test_gridroute_still_routes_into_room_while_shed() -> None:
         snap = g.refresh(float(t))
     assert MODEL in snap.shedding
     assert decide(snap, MODEL, Random(1), Policy.GRIDROUTE).outcome is Outcome.SHED
-    g.own.start("a/p", 7.0)  # this gateway had one request at the sample instant
+    # This gateway had 26 of site a's 130 (over a ceiling of 100) at the sample: its part of
+    # the ceiling is 20, so only once 7 of its requests finished is there room to refill.
+    for _ in range(26):
+        g.own.start("a/p", 7.0)
     snap = g.refresh(7.5, sampled_at=7.0)
-    g.own.end("a/p", 7.6)  # ... which finished: its slot is ours to refill
+    for _ in range(6):
+        g.own.end("a/p", 7.6)
+    assert decide(snap, MODEL, Random(1), Policy.GRIDROUTE, g.own.counts).outcome is Outcome.SHED
+    g.own.end("a/p", 7.7)
     d = decide(snap, MODEL, Random(1), Policy.GRIDROUTE, g.own.counts)
     assert d.outcome is Outcome.ROUTE and d.view is not None and d.view.site == "a"

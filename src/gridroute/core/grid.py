@@ -276,7 +276,10 @@ class GridState:
         own_s = own.at(cand.key, reading.sampled_at) if own is not None else 0
         base = max(latest - own_s, 0.0)
         free = max(ceiling - latest, 0.0)
-        budget = own_s + free * share
+        # Over-full at the sample: keep only this gateway's proportional part of the
+        # ceiling, so its queued requests finishing do not read as room to refill.
+        held = own_s if latest <= ceiling else ceiling * own_s / latest
+        budget = held + free * share
         return SiteView(
             candidate=cand,
             index=index,
@@ -298,6 +301,7 @@ class GridState:
             base=base,
             own_at_sample=own_s,
             budget=budget,
+            share=share,
             is_queued=reading.queued is not None and reading.queued > 0.0,
         )
 

@@ -10,8 +10,10 @@ Order of rules (site-selection.txt, "Site choice"):
 3. In a tier with room and fresh rho everywhere: >= 3 sites, two distinct draws by
    capacity and the lower rho wins (`pressure_p2c`); 2 sites, capacity / (1 + rho) with
    each share clamped to 10-90 % (`pressure_weighted`); 1 site (`single`). Missing rho:
-   capacity draw (`capacity`). Overflow tiers keep the sites tied on the least queue and
-   draw by capacity (`queue_tie` for "not full", `saturated` for "all healthy").
+   capacity draw (`capacity`). gridroute: past this gateway's fair share, a site that
+   still has room by the estimate is borrowed (`borrow`). Overflow tiers keep the sites
+   tied on the least queue and draw by capacity (`queue_tie` for "not full", `saturated`
+   for "all healthy").
 4. Nothing healthy: live unmeasured candidates, then silent ones take it (`fallback`);
    then demoted ones (`last_resort`); then the front ready candidate (`last_resort`).
 
@@ -63,6 +65,8 @@ class Path(StrEnum):
     QUEUE_TIE = "queue_tie"
     SATURATED = "saturated"
     AFFINITY = "affinity"
+    BORROW = "borrow"
+    """gridroute: this gateway's fair share is used up, the site has room by the estimate."""
     FIRST = "first"
     FALLBACK = "fallback"
     LAST_RESORT = "last_resort"
@@ -218,33 +222,42 @@ def decide(
         counts = own or {}
         fair = s.fair_share
         accounting = s.local_accounting
+        borrow: list[int] = []  # the site has room by the estimate, beyond this gateway's share
         for i, v in enumerate(healthy):
-            mine = counts.get(v.key, 0)
-            est = v.base + (mine if accounting else v.own_at_sample)
-            r = est / v.ceiling
+            mine = counts.get(v.key, 0) if accounting else v.own_at_sample
+            # Rank by this gateway's own load plus only its share of everyone else's: the
+            # others' part is a poll old, and ranking on it makes gateways herd together.
+            r = (mine + v.share * v.base) / v.ceiling
             kv = v.kv_rho
             if kv is not None and kv > r:
                 r = kv
             rhos[i] = r
-            if (mine + 1 <= v.budget) if fair else (est + 1 <= v.ceiling):
+            site_room = v.base + mine + 1 <= v.ceiling
+            if (mine + 1 <= v.budget) if fair else site_room:
                 (queued if v.is_queued else free).append(i)
+            elif site_room:
+                borrow.append(i)
+        if free or queued:
+            return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)
+        if s.max_queue_ms > 0 and can_hold:
+            return Decision(Outcome.HOLD, Path.HOLD, None, refused)
+        if borrow and not (s.max_queue_ms > 0 and s.queue_overflow == "shed"):
+            d = _in_room(healthy, weights, rhos, borrow, rng, affinity, refused)
+            return Decision(d.outcome, Path.BORROW, d.view, d.refused, None, d.rho)
+        if s.shedding or shed or (s.max_queue_ms > 0 and s.queue_overflow == "shed"):
+            return Decision(
+                Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), _retry_after(rng)
+            )
     else:
         for i, v in enumerate(healthy):
             r2 = v.rho
             rhos[i] = r2
             if r2 is not None and r2 < 1.0:
                 (queued if v.is_queued else free).append(i)
+        # Tiers with room: queue-free first, then queued.
+        if free or queued:
+            return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)
 
-    # Tiers with room: queue-free first, then queued.
-    if free or queued:
-        return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)
-
-    if counted and s.max_queue_ms > 0 and can_hold:
-        return Decision(Outcome.HOLD, Path.HOLD, None, refused)
-    if counted and (shed or (s.max_queue_ms > 0 and s.queue_overflow == "shed")):
-        return Decision(
-            Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), _retry_after(rng)
-        )
     full_refused = refused + tuple((v.site, Reason.FULL.value) for v in healthy)
     tier = [i for i in range(n) if not healthy[i].full]
     path = Path.QUEUE_TIE

@@ -43,7 +43,10 @@ class SiteView:
     """Others' in-flight at the newest sample: polled total minus this gateway's own then."""
     own_at_sample: int
     budget: float
-    """This gateway's fair share of the site: own at sample + its share of the free room."""
+    """This gateway's fair share of the site: what it held at the sample (scaled down to
+    its share of the ceiling when the site was over-full) plus its share of the free room."""
+    share: float = 1.0
+    """This gateway's share of all in-flight it polled (at least `fair_share_floor`)."""
     is_queued: bool = False
     """Any work waiting in the window (a queue below `queue_full` still counts here: the
     site may have room by its ceiling, but queue-free sites go first)."""
