@@ -31,7 +31,10 @@ def _num(value: float | None) -> float:
 
 
 def counted_rho(view: SiteView, own_now: int) -> float | None:
-    """The rho the gridroute policy compares: others' polled load plus ours now."""
+    """The site's estimated rho now: others' polled in-flight plus this gateway's own now.
+
+    This is the site's load, not the gridroute ranking value (which weighs others' part
+    by this gateway's share, see `core.select`)."""
     if not view.measured:
         return None
     rho = (view.base + own_now) / view.ceiling
@@ -60,7 +63,7 @@ class GridCollector(Collector):
                 ("ceiling", "Effective ceiling the rho is measured against."),
                 ("rho_reported", "Smoothed rho from the site's own samples."),
                 ("rho_counted", "Others' polled in-flight plus this gateway's own, / ceiling."),
-                ("rho", "The rho this gateway's picks compare (counted under gridroute)."),
+                ("rho", "The site's rho as this gateway reads it: counted under gridroute."),
                 ("weight", "Capacity the draws use (NaN: no reading)."),
                 ("in_flight", "This gateway's own requests in flight to the site."),
                 ("up", "Backend health probe verdict: 1 up, 0 down, NaN not yet probed."),
