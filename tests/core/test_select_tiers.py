@@ -243,3 +243,26 @@ def test_paths_and_reasons_are_bounded_label_values() -> None:
         "none",
     }
     assert {r.value for r in R} == {"unready", "silent", "unmeasured", "demoted", "full", "shed"}
+
+
+def test_no_site_carries_a_retry_after() -> None:
+    g = Grid([Site("down", ready=0)])
+    d = decide(g.refresh(1.0), MODEL, Random(1))
+    assert d.outcome is Outcome.NO_SITE and d.retry_after_s in {3, 4, 5, 6, 7}
+
+
+def test_first_falls_back_to_the_front_candidate_not_a_draw() -> None:
+    """The ranked-first path takes the front of a local-first order when nothing ranks."""
+    g = Grid([Site("hub", measured=False, max_running=1), Site("west", measured=False)])
+    snap = g.refresh(1.0)
+    assert {decide(snap, MODEL, Random(s), Policy.FIRST).view.site for s in range(50)} == {"hub"}  # type: ignore[union-attr]
+
+
+def test_view_exposes_counted_and_pick_rho() -> None:
+    g = Grid([Site("a", running=60, max_running=100)])
+    for _ in range(20):
+        g.own.start("a/p", 0.5)
+    v = g.refresh(1.0).views[0]
+    assert v.base == 40 and v.share == pytest.approx(20 / 60)
+    assert v.counted_rho(25) == pytest.approx(0.65)
+    assert v.pick_rho(25) == pytest.approx((25 + 40 * 20 / 60) / 100)

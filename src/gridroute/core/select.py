@@ -158,19 +158,26 @@ def _retry_after(rng: Random) -> int:
     return RETRY_AFTER_S[int(rng.random() * len(RETRY_AFTER_S))]
 
 
-def _fallthrough(plan: ModelPlan, rng: Random, refused: tuple[tuple[str, str], ...]) -> Decision:
-    """Nothing healthy: unmeasured, then silent (fallback), demoted, front (last resort)."""
+def _fallthrough(
+    plan: ModelPlan, rng: Random, refused: tuple[tuple[str, str], ...], front_only: bool
+) -> Decision:
+    """Nothing healthy: unmeasured, then silent (fallback), demoted, front (last resort).
+
+    `front_only` (policy `first`) takes the front of a group instead of a capacity draw.
+    """
     for group, path in (
         (plan.unmeasured, Path.FALLBACK),
         (plan.silent, Path.FALLBACK),
         (plan.demoted, Path.LAST_RESORT),
     ):
         if group:
+            if front_only:
+                return Decision(Outcome.ROUTE, path, group[0], refused)
             w = [plan.weights[v.key] for v in group]
             return Decision(Outcome.ROUTE, path, group[_draw(group, w, rng)], refused)
     if plan.front is not None:
         return Decision(Outcome.ROUTE, Path.LAST_RESORT, plan.front, refused)
-    return Decision(Outcome.NO_SITE, Path.NONE, None, refused)
+    return Decision(Outcome.NO_SITE, Path.NONE, None, refused, _retry_after(rng))
 
 
 def decide(
@@ -209,7 +216,7 @@ def decide(
     if not healthy:
         if exclude:
             plan = _without(plan, exclude)
-        return _fallthrough(plan, rng, refused)
+        return _fallthrough(plan, rng, refused, policy is Policy.FIRST)
     if policy is Policy.FIRST:
         return Decision(Outcome.ROUTE, Path.FIRST, healthy[0], refused, None, healthy[0].rho)
 
@@ -227,6 +234,7 @@ def decide(
             mine = counts.get(v.key, 0) if accounting else v.own_at_sample
             # Rank by this gateway's own load plus only its share of everyone else's: the
             # others' part is a poll old, and ranking on it makes gateways herd together.
+            # (Inlined SiteView.pick_rho: this loop is the request path.)
             r = (mine + v.share * v.base) / v.ceiling
             kv = v.kv_rho
             if kv is not None and kv > r:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class AvailabilitySettings(BaseModel):
     """How sites are judged full, silent and learned; how a model sheds."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     shedding: bool = False
     """The one switch: refuse with 429 once every healthy site is full."""

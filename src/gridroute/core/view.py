@@ -55,6 +55,20 @@ class SiteView:
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", self.candidate.key)
 
+    def counted_rho(self, mine: int) -> float:
+        """The site's estimated pressure: others' in-flight at the sample plus this
+        gateway's own now, over the ceiling (KV pressure if larger)."""
+        r = (self.base + mine) / self.ceiling
+        kv = self.kv_rho
+        return kv if kv is not None and kv > r else r
+
+    def pick_rho(self, mine: int) -> float:
+        """What gridroute's picks compare: this gateway's own in-flight plus only its share
+        of the others' (a poll old), over the ceiling (KV pressure if larger)."""
+        r = (mine + self.share * self.base) / self.ceiling
+        kv = self.kv_rho
+        return kv if kv is not None and kv > r else r
+
     @property
     def site(self) -> str:
         return self.candidate.site
