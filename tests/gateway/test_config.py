@@ -76,6 +76,11 @@ def test_cli_schema_and_check(tmp_path: Path) -> None:
     assert out.exit_code == 0
     schema = json.loads(out.stdout)
     assert "availability" in schema["properties"]
+    # Every field of every section says what it is, the core's availability included.
+    for where, section in [("", schema), *schema["$defs"].items()]:
+        for name, prop in section.get("properties", {}).items():
+            assert prop.get("description"), f"{where}.{name} has no description"
+    assert "429" in schema["$defs"]["AvailabilitySettings"]["properties"]["shedding"]["description"]
     good = runner.invoke(app, ["config", "check", str(ROOT / "examples" / "gateway.yaml")])
     assert good.exit_code == 0, good.output
     bad = tmp_path / "bad.yaml"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import aiohttp
 import pytest
@@ -156,3 +157,50 @@ def test_refusal_transitions_log_once(caplog: pytest.LogCaptureFixture) -> None:
         run(scenario)
     lines = [r.getMessage() for r in caplog.records if "model m" in r.getMessage()]
     assert lines == ["model m: start -> no_site", "model m: no_site -> routed"]
+
+
+def test_rho_gauges_and_status_read_the_core_formulas() -> None:
+    """counted = (others + own now) / ceiling; rho = the gridroute pick's figure, which
+    weighs others' part by this gateway's share; reported where the policy reads it."""
+
+    async def scenario() -> None:
+        models = [
+            {"name": MODEL, "sites": ["a"]},
+            {"name": "s", "sites": ["b"], "policy": "saturation"},
+        ]
+        async with running_grid({"a": fake("a"), "b": fake("b")}, models=models) as g:
+            g.feed({"a": (4.0, 0.0, 10.0), "b": (5.0, 0.0, 10.0)})
+            live = g.gw.live
+            now = time.time()
+            live.own.start("a/a", now)
+            live.own.start("a/a", now)
+            reg = g.gw.metrics.registry
+
+            def gauge(name: str, site: str) -> float | None:
+                return reg.get_sample_value(
+                    f"grid_route_site_{name}", {"site": site, "cluster": site}
+                )
+
+            a = live.snapshot.view("a/a")
+            b = live.snapshot.view("b/b")
+            assert a is not None and b is not None
+            assert a.share == pytest.approx(0.05)  # no own load at the sample: the floor
+            assert gauge("rho_counted", "a") == pytest.approx((4 + 2) / 10)
+            assert gauge("rho", "a") == pytest.approx((2 + 0.05 * 4) / 10)
+            assert gauge("rho", "a") == pytest.approx(a.pick_rho(2))
+            assert gauge("rho_reported", "a") == pytest.approx(a.rho)
+            assert gauge("rho", "b") == pytest.approx(b.rho)  # saturation: reported
+            assert gauge("rho_counted", "b") == pytest.approx(0.5)
+            assert gauge("in_flight", "a") == 2.0
+            async with aiohttp.ClientSession() as http, http.get(g.url + "/grid/status") as r:
+                body = await r.json()
+            by = {s["site"]: s for s in body["sites"]}
+            assert by["a"]["rho_counted"] == pytest.approx(0.6)
+            assert by["a"]["rho"] == pytest.approx(0.22)
+            assert by["b"]["rho"] == pytest.approx(round(b.rho or 0.0, 4))
+            assert by["a"]["weight"] == gauge("weight", "a")
+            live.own.end("a/a", time.time())
+            live.own.end("a/a", time.time())
+            assert g.in_flight() == 0
+
+    run(scenario)

@@ -128,7 +128,7 @@ def test_no_ready_site_answers_503_no_healthy_site() -> None:
             assert err.value.status_code == 503
             assert err.value.code == "no_healthy_site"
             assert err.value.type == "server_error"
-            assert err.value.response.headers["Retry-After"]
+            assert int(err.value.response.headers["Retry-After"]) in range(3, 8)  # the core's
             assert g.in_flight() == 0
 
     run(scenario)

@@ -17,9 +17,19 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from random import Random
 
-from gridroute.core import AvailabilitySettings, GridState, Health, OwnLoad, Sample, Snapshot
+from gridroute.core import (
+    AvailabilitySettings,
+    GridState,
+    Health,
+    OwnLoad,
+    Policy,
+    Sample,
+    SiteView,
+    Snapshot,
+)
 from gridroute.gateway.routing import Routing
 
 
@@ -49,6 +59,24 @@ class Changes:
         fut = self._fut
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(fut), timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class SiteReading:
+    """One candidate as `/metrics` and `/grid/status` show it (None: no reading)."""
+
+    view: SiteView
+    own: int
+    """This gateway's requests in flight to the candidate now."""
+    weight: float | None
+    """Capacity the draws use (from the first configured model the candidate serves)."""
+    rho_reported: float | None
+    """Smoothed rho from the site's own samples."""
+    rho_counted: float | None
+    """The site's estimated pressure now: `SiteView.counted_rho` with this gateway's own."""
+    rho: float | None
+    """What this gateway ranks the site by: `SiteView.pick_rho` when a model the site
+    serves uses `gridroute`, the reported rho otherwise (`saturation`, `first`)."""
 
 
 class LiveGrid:
@@ -95,6 +123,37 @@ class LiveGrid:
         keys = {c.key for c in routing.candidates}
         self.health = {k: h for k, h in self.health.items() if k in keys}
         self._publish(self.state.refresh((), self._rounds, self.clock(), self.health, self.own))
+
+    def readings(self) -> list[SiteReading]:
+        """Every candidate of the current snapshot with its weight and rho figures.
+
+        The one place both `/metrics` (at scrape) and `/grid/status` read them from;
+        the formulas are the core's (`SiteView.counted_rho`, `SiteView.pick_rho`).
+        """
+        snap = self.snapshot
+        policies = self.routing.policies
+        weights: dict[str, float] = {}
+        for model in policies:
+            plan = snap.plan(model)
+            if plan is not None:
+                for k, w in plan.weights.items():
+                    weights.setdefault(k, w)
+        counts = self.own.counts
+        accounting = snap.settings.local_accounting
+        out = []
+        for v in snap.views:
+            own = counts.get(v.key, 0)
+            if not v.measured:
+                out.append(SiteReading(v, own, None, v.rho, None, None))
+                continue
+            picks = any(
+                p is Policy.GRIDROUTE and v.candidate.serves(m) for m, p in policies.items()
+            )
+            # As the core's gridroute pick: own now with local accounting, else own at
+            # the sample.
+            pick = v.pick_rho(own if accounting else v.own_at_sample) if picks else v.rho
+            out.append(SiteReading(v, own, weights.get(v.key), v.rho, v.counted_rho(own), pick))
+        return out
 
     def _publish(self, snapshot: Snapshot) -> Snapshot:
         self.snapshot = snapshot

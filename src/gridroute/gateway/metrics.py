@@ -17,30 +17,18 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gridroute.core import Decision, Health, Path, Policy, SiteView
+from gridroute.core import Decision, Health, Path
 from gridroute.gateway.live import LiveGrid
 
 NAN = math.nan
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _ROUTED_REASON = {Path.FALLBACK: "fallback", Path.LAST_RESORT: "last_resort"}
 _STATUS_CLASS = {n: f"{n}xx" for n in range(1, 6)}
+_UP = {Health.UP: 1.0, Health.DOWN: 0.0}
 
 
 def _num(value: float | None) -> float:
     return NAN if value is None else float(value)
-
-
-def counted_rho(view: SiteView, own_now: int) -> float | None:
-    """The site's estimated rho now: others' polled in-flight plus this gateway's own now.
-
-    This is the site's load, not the gridroute ranking value (which weighs others' part
-    by this gateway's share, see `core.select`)."""
-    if not view.measured:
-        return None
-    rho = (view.base + own_now) / view.ceiling
-    if view.kv_rho is not None and view.kv_rho > rho:
-        rho = view.kv_rho
-    return rho
 
 
 class GridCollector(Collector):
@@ -62,39 +50,35 @@ class GridCollector(Collector):
                 ("ceiling_hard", "Learned hard bound: least held at a demonstrated limit."),
                 ("ceiling", "Effective ceiling the rho is measured against."),
                 ("rho_reported", "Smoothed rho from the site's own samples."),
-                ("rho_counted", "Others' polled in-flight plus this gateway's own, / ceiling."),
-                ("rho", "The site's rho as this gateway reads it: counted under gridroute."),
+                (
+                    "rho_counted",
+                    "The site's estimated rho: others' polled in-flight plus this gateway's "
+                    "own now, over the ceiling.",
+                ),
+                (
+                    "rho",
+                    "What this gateway ranks the site by: its own in-flight plus its share "
+                    "of others', over the ceiling, under gridroute; reported otherwise.",
+                ),
                 ("weight", "Capacity the draws use (NaN: no reading)."),
                 ("in_flight", "This gateway's own requests in flight to the site."),
                 ("up", "Backend health probe verdict: 1 up, 0 down, NaN not yet probed."),
             )
         }
-        counted_policy = snap.settings.local_accounting and any(
-            p is Policy.GRIDROUTE for p in live.routing.policies.values()
-        )
-        weights: dict[str, float] = {}
-        for model in live.routing.policies:
-            plan = snap.plan(model)
-            if plan is not None:
-                for k, w in plan.weights.items():
-                    weights.setdefault(k, w)
         now_seen: set[tuple[str, str]] = set()
-        for v in snap.views:
+        for r in live.readings():
+            v = r.view
             lv = [v.site, v.provider]
             now_seen.add((v.site, v.provider))
-            own = live.own.counts.get(v.key, 0)
-            reported = v.rho
-            counted = counted_rho(v, own)
             fams["ceiling_soft"].add_metric(lv, _num(v.soft))
             fams["ceiling_hard"].add_metric(lv, _num(v.hard))
             fams["ceiling"].add_metric(lv, v.ceiling if v.measured else NAN)
-            fams["rho_reported"].add_metric(lv, _num(reported))
-            fams["rho_counted"].add_metric(lv, _num(counted))
-            fams["rho"].add_metric(lv, _num(counted if counted_policy else reported))
-            fams["weight"].add_metric(lv, weights.get(v.key, NAN) if v.measured else NAN)
-            fams["in_flight"].add_metric(lv, float(own))
-            up = {Health.UP: 1.0, Health.DOWN: 0.0}.get(v.health, NAN)
-            fams["up"].add_metric(lv, up)
+            fams["rho_reported"].add_metric(lv, _num(r.rho_reported))
+            fams["rho_counted"].add_metric(lv, _num(r.rho_counted))
+            fams["rho"].add_metric(lv, _num(r.rho))
+            fams["weight"].add_metric(lv, _num(r.weight))
+            fams["in_flight"].add_metric(lv, float(r.own))
+            fams["up"].add_metric(lv, _UP.get(v.health, NAN))
         for site, cluster in self._seen - now_seen:
             for fam in fams.values():
                 fam.add_metric([site, cluster], NAN)

@@ -26,7 +26,6 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gridroute.core import Decision, Outcome, Policy, SiteView, Snapshot, decide
-from gridroute.core.select import RETRY_AFTER_S
 from gridroute.gateway.admission import admit
 from gridroute.gateway.runtime import GATEWAY, Gateway
 from gridroute.wire import openai_errors as errs
@@ -100,18 +99,15 @@ def response_headers(up: aiohttp.ClientResponse, view: SiteView) -> CIMultiDict[
     return h
 
 
-def refuse(gw: Gateway, d: Decision) -> web.Response:
-    """The gateway's own answer when a decision routes nowhere (seed PR, "Errors")."""
+def refuse(d: Decision) -> web.Response:
+    """The gateway's own answer when a decision routes nowhere (seed PR, "Errors").
+
+    `Retry-After` is the core's (`Decision.retry_after_s`, set on shed and no-site)."""
     if d.outcome is Outcome.SHED:
-        retry = d.retry_after_s or _retry_after(gw)
-        return error_response(429, errs.SHED, retry)
+        return error_response(429, errs.SHED, d.retry_after_s)
     if d.outcome is Outcome.UNKNOWN_MODEL:
         return error_response(404, errs.MODEL_NOT_FOUND)
-    return error_response(503, errs.NO_HEALTHY_SITE, _retry_after(gw))
-
-
-def _retry_after(gw: Gateway) -> int:
-    return RETRY_AFTER_S[int(gw.live.rng.random() * len(RETRY_AFTER_S))]
+    return error_response(503, errs.NO_HEALTHY_SITE, d.retry_after_s)
 
 
 async def read_model(request: web.Request, limit: int) -> tuple[bytes, str] | web.Response:
@@ -178,7 +174,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
             gw.refusals.note(model, d.outcome)
             view = d.view
             if d.outcome is not Outcome.ROUTE or view is None:
-                resp = refuse(gw, d)
+                resp = refuse(d)
                 status = resp.status
                 return resp
             site = view.site

@@ -1,6 +1,7 @@
 """`GET /grid/status`: the gateway's view of the grid as JSON, for dashboards and people.
 
-Per site: readiness, liveness (silence), health, rho reported and counted, learned
+Per site: readiness, liveness (silence), health, rho reported, counted and ranked by
+(the same figures as the `grid_route_site_rho*` gauges, from `LiveGrid.readings`), learned
 ceilings, capacity, draw weight, this gateway's in-flight; per model: shedding and
 the refusal class; decisions by path and by site and reason, in total and over the
 last `RECENT_S` seconds; the health of the operator poll. Built on request from the
@@ -13,8 +14,6 @@ import math
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
-
-from gridroute.gateway.metrics import counted_rho
 
 if TYPE_CHECKING:
     from gridroute.gateway.runtime import Gateway
@@ -55,15 +54,9 @@ class DecisionHistory:
 def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
     live = gw.live
     snap = live.snapshot
-    weights: dict[str, float] = {}
-    for model in live.routing.policies:
-        plan = snap.plan(model)
-        if plan is not None:
-            for k, w in plan.weights.items():
-                weights.setdefault(k, w)
     sites = []
-    for v in snap.views:
-        own = live.own.counts.get(v.key, 0)
+    for r in live.readings():
+        v = r.view
         sites.append(
             {
                 "site": v.site,
@@ -75,16 +68,17 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
                 "live": None if v.live is None else v.live.value,
                 "silent_s": None if v.sampled_at is None else _num(snap.at - v.sampled_at),
                 "health": v.health.value,
-                "rho_reported": _num(v.rho),
-                "rho_counted": _num(counted_rho(v, own)),
+                "rho_reported": _num(r.rho_reported),
+                "rho_counted": _num(r.rho_counted),
+                "rho": _num(r.rho),
                 "ceiling_soft": _num(v.soft),
                 "ceiling_hard": _num(v.hard),
                 "ceiling": _num(v.ceiling) if v.measured else None,
                 "capacity": _num(v.capacity),
-                "weight": _num(weights.get(v.key)) if v.measured else None,
+                "weight": _num(r.weight),
                 "queued": _num(v.queued),
                 "full": v.full,
-                "in_flight": own,
+                "in_flight": r.own,
             }
         )
     selections = gw.metrics.selections()
