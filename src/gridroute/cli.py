@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from gridroute.gateway.commands import config_app, gateway
+from gridroute.local.demo_cli import demo
 from gridroute.local.fakeserver_cli import fake_server
 from gridroute.operator.cli import certs_app, operator_command
 from gridroute.sim.cli import app as sim_app
@@ -18,6 +19,7 @@ app.add_typer(certs_app, name="certs")
 app.add_typer(sim_app, name="sim")
 app.command("gateway")(gateway)
 app.add_typer(config_app, name="config")
+app.command("demo")(demo)
 
 
 @app.command()
@@ -26,12 +28,6 @@ def version() -> None:
     from gridroute import __version__
 
     typer.echo(__version__)
-
-
-@app.command()
-def demo() -> None:
-    """Run the local grid demo (until it exists: the seed simulation)."""
-    typer.echo("gridroute demo: the local grid is not built yet; nothing to run.")
 
 
 def main() -> None:

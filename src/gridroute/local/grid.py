@@ -50,6 +50,9 @@ from gridroute.local.ports import free_ports
 from gridroute.local.procs import Child, ProcessError, Supervisor
 from gridroute.operator.certs import init_certs
 
+GRID_ENV = "GRIDROUTE_GRID"
+"""Set to the grid's directory in every child's environment, so a leftover process of a
+grid can always be found (tests check that none survive)."""
 START_TIMEOUT_S = 60.0
 """Whole start-up budget: 7 Python processes importing on a busy 2-core machine."""
 
@@ -80,7 +83,7 @@ class LocalGrid:
         self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="gridroute-grid-"))
         self.keep = keep
-        self.procs = Supervisor(self.workdir / "logs")
+        self.procs = Supervisor(self.workdir / "logs", env={GRID_ENV: str(self.workdir)})
         self.fakes: dict[str, Child] = {}
         self.operators: dict[str, Child] = {}
         self.gateways: list[Child] = []
@@ -280,3 +283,23 @@ class LocalGrid:
             stats = http_json(f"{url}/admin/stats", timeout_s=1.0)
             out[site] = int(stats["served"])
         return out
+
+
+def leftover_pids(workdir: Path | str) -> list[int]:
+    """Processes whose environment marks them as children of the grid in `workdir`
+    (Linux `/proc`; empty elsewhere). After `stop` this must be empty."""
+    marker = f"{GRID_ENV}={workdir}".encode() + b"\0"
+    found: list[int] = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes() + b"\0"
+        except OSError:
+            continue
+        if marker in environ:
+            found.append(int(entry.name))
+    return found
