@@ -54,10 +54,16 @@ class Grid:
         return self.gw.live.own.total()
 
 
-def config(urls: dict[str, str], **overrides: Any) -> GatewayConfig:
+def config(
+    urls: dict[str, str], site_extra: dict[str, dict[str, Any]] | None = None, **overrides: Any
+) -> GatewayConfig:
+    """A gateway config in front of `urls`; `site_extra[name]` adds fields to a site."""
+    extra = site_extra or {}
     data: dict[str, Any] = {
         "listen": "127.0.0.1:0",
-        "sites": [{"name": name, "backend_url": url} for name, url in urls.items()],
+        "sites": [
+            {"name": name, "backend_url": url, **extra.get(name, {})} for name, url in urls.items()
+        ],
         "models": [{"name": MODEL}],
         "health": {"enabled": False},
     }
@@ -67,7 +73,9 @@ def config(urls: dict[str, str], **overrides: Any) -> GatewayConfig:
 
 @contextlib.asynccontextmanager
 async def running_grid(
-    sites: dict[str, FakeServerConfig | str], **overrides: Any
+    sites: dict[str, FakeServerConfig | str],
+    site_extra: dict[str, dict[str, Any]] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[Grid]:
     """Start fake servers (or use given URLs) and a gateway in front of them."""
     servers: dict[str, RunningFakeServer] = {}
@@ -78,7 +86,7 @@ async def running_grid(
         else:
             servers[name] = await start_fake_server(spec)
             urls[name] = servers[name].url
-    gw = Gateway(config(urls, **overrides))
+    gw = Gateway(config(urls, site_extra, **overrides))
     runner = web.AppRunner(create_app(gw), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

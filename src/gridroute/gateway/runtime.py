@@ -41,8 +41,13 @@ def operator_source(op: OperatorConfig, metrics: PollMetrics) -> SignalsSource:
     if op.tls is not None:
         made = ssl_context(op.tls)
         ctx = made if isinstance(made, ssl.SSLContext) else None
-        if ctx is not None and op.identity is not None:
-            ctx.check_hostname = False
+        if ctx is not None:
+            if op.identity is not None:
+                ctx.check_hostname = False
+            # As the operator's own poller (`client_ssl_context`): under TLS 1.3 a refused
+            # client certificate is a bare disconnect after the handshake (`unreachable`);
+            # under 1.2 it is a handshake alert, so the poll reads `unauthorized`.
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_2
     limits = PollLimits(
         timeout_s=op.timeout_s,
         read_limit_bytes=op.max_response_bytes,
@@ -70,8 +75,11 @@ class Gateway:
         registry: CollectorRegistry | None = None,
         tracer: RequestTracer | None = None,
         source_factory: SourceFactory = operator_source,
+        worker: int = 0,
     ) -> None:
         self.cfg = cfg
+        self.worker = worker
+        """This process's index among `workers` (each is a whole gateway)."""
         self.config_path = config_path
         self.routing = build_routing(cfg)
         self.live = LiveGrid(self.routing, cfg.availability)

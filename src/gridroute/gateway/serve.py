@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -44,9 +45,13 @@ def _install_uvloop() -> str:
     return "uvloop"
 
 
-async def run_worker(cfg: GatewayConfig, config_path: Path | None, index: int = 0) -> None:
-    """Serve until SIGTERM/SIGINT; print `listening on URL` once bound."""
-    gw = Gateway(cfg, config_path=config_path)
+async def run_worker(
+    cfg: GatewayConfig, config_path: Path | None, index: int = 0, port: int | None = None
+) -> None:
+    """Serve until SIGTERM/SIGINT; print `listening on URL` once bound.
+
+    `port` overrides the port of `listen` (the one the parent reserved for port 0)."""
+    gw = Gateway(cfg, config_path=config_path, worker=index)
     runner = web.AppRunner(
         create_app(gw),
         handler_cancellation=True,
@@ -54,8 +59,10 @@ async def run_worker(cfg: GatewayConfig, config_path: Path | None, index: int = 
         access_log=None,
     )
     await runner.setup()
-    host, port = split_hostport(cfg.listen)
-    site = web.TCPSite(runner, host, port, reuse_port=cfg.workers > 1, backlog=1024)
+    host, cfg_port = split_hostport(cfg.listen)
+    site = web.TCPSite(
+        runner, host, cfg_port if port is None else port, reuse_port=cfg.workers > 1, backlog=1024
+    )
     await site.start()
     metrics_runner: web.AppRunner | None = None
     if cfg.metrics.listen is not None:
@@ -96,14 +103,26 @@ def serve(config_path: Path) -> int:
         _install_uvloop()
         asyncio.run(run_worker(cfg, config_path))
         return 0
+    host, port = split_hostport(cfg.listen)
+    reserved: socket.socket | None = None
+    if port == 0:
+        # Every worker must bind the same port: reserve one now. The socket stays bound
+        # (never listening, so it takes no connections) until the workers are gone, so
+        # nothing else can take the port in between.
+        reserved = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        reserved.bind((host, 0))
+        port = reserved.getsockname()[1]
     children: list[int] = []
     for index in range(cfg.workers):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             code = 0
+            if reserved is not None:
+                reserved.close()  # the parent's copy keeps the port reserved
             try:
                 _install_uvloop()
-                asyncio.run(run_worker(cfg, config_path, index))
+                asyncio.run(run_worker(cfg, config_path, index, port))
             except BaseException:
                 log.exception("worker %d failed", index)
                 code = 1
@@ -126,5 +145,7 @@ def serve(config_path: Path) -> int:
             except InterruptedError:  # pragma: no cover - PEP 475 retries for us
                 continue
         status = status or (os.waitstatus_to_exitcode(code) != 0)
+    if reserved is not None:
+        reserved.close()
     sys.stdout.flush()
     return int(status)

@@ -2,7 +2,8 @@
 
 Per site: readiness, liveness (silence), health, rho reported, counted and ranked by
 (the same figures as the `grid_route_site_rho*` gauges, from `LiveGrid.readings`), learned
-ceilings, capacity, draw weight, this gateway's in-flight; per model: shedding and
+ceilings, capacity, draw weight, this gateway's in-flight and its share of the polled
+in-flight (the fair-share rule's); which worker answered; per model: shedding and
 the refusal class; decisions by path and by site and reason, in total and over the
 last `RECENT_S` seconds; the health of the operator poll. Built on request from the
 current snapshot; the only state kept for it is one totals sample per second.
@@ -11,6 +12,7 @@ current snapshot; the only state kept for it is one totals sample per second.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -71,6 +73,7 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
                 "rho_reported": _num(r.rho_reported),
                 "rho_counted": _num(r.rho_counted),
                 "rho": _num(r.rho),
+                "share": _num(v.share) if v.measured else None,
                 "ceiling_soft": _num(v.soft),
                 "ceiling_hard": _num(v.hard),
                 "ceiling": _num(v.ceiling) if v.measured else None,
@@ -109,6 +112,7 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
         "snapshot_age_s": _num(live.clock() - snap.at),
         "ready": gw.ready,
         "draining": gw.draining,
+        "worker": {"index": gw.worker, "pid": os.getpid()},
         "sites": sites,
         "models": models,
         "selections": {"total": selections, "recent": recent_sel},
