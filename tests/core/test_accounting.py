@@ -97,3 +97,27 @@ def test_admission_queue_holds_instead_of_overshooting() -> None:
     g2 = Grid(sites, AvailabilitySettings(max_queue_ms=500, queue_overflow="shed"))
     d = decide(g2.refresh(1.0), MODEL, Random(1), can_hold=False)
     assert d.outcome is Outcome.SHED and d.retry_after_s is not None
+
+
+def test_with_shedding_on_a_gateway_borrows_at_most_one_more_share() -> None:
+    """Borrowing on a poll-old estimate herds gateways together; with shedding on each may
+    take one more share of the free room past its budget, then the excess is refused."""
+    g = Grid(
+        [Site("a", running=60, max_running=100), Site("b", running=60, max_running=100)],
+        AvailabilitySettings(shedding=True),
+    )
+    for _ in range(15):
+        g.own.start("a/p", 0.5)
+        g.own.start("b/p", 0.5)
+    snap = g.refresh(2.0, sampled_at=1.0)
+    assert snap.views[0].spare == pytest.approx(40 * 0.25)
+    rng = Random(3)
+    outcomes = []
+    for _ in range(50):
+        d = decide(snap, MODEL, rng, own=g.own.counts)
+        outcomes.append(d.path)
+        if d.view is not None:
+            g.own.start(d.view.key, 2.1)
+    assert outcomes.count(Path.BORROW) == 20  # 10 more at each site past the budget
+    assert outcomes[40:] == [Path.SHED] * 10
+    assert g.own.counts == {"a/p": 35, "b/p": 35}

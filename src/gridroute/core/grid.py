@@ -302,6 +302,7 @@ class GridState:
             own_at_sample=own_s,
             budget=budget,
             share=share,
+            spare=free * share,
             is_queued=reading.queued is not None and reading.queued > 0.0,
         )
 

@@ -243,7 +243,10 @@ def decide(
             site_room = v.base + mine + 1 <= v.ceiling
             if (mine + 1 <= v.budget) if fair else site_room:
                 (queued if v.is_queued else free).append(i)
-            elif site_room:
+            elif site_room and (not s.shedding or mine + 1 <= v.budget + v.spare):
+                # With shedding on, borrow at most one more share of the free room: every
+                # gateway borrows on the same poll-old estimate, and an unbounded borrow
+                # herds them onto the site (measured: 7-26 % overshoot at 4-8 gateways).
                 borrow.append(i)
         if free or queued:
             return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)

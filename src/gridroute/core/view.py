@@ -47,6 +47,9 @@ class SiteView:
     its share of the ceiling when the site was over-full) plus its share of the free room."""
     share: float = 1.0
     """This gateway's share of all in-flight it polled (at least `fair_share_floor`)."""
+    spare: float = 0.0
+    """One more share of the site's free room at the sample: how far past its budget this
+    gateway may borrow while shedding is on."""
     is_queued: bool = False
     """Any work waiting in the window (a queue below `queue_full` still counts here: the
     site may have room by its ceiling, but queue-free sites go first)."""
