@@ -276,6 +276,28 @@ class LocalGrid:
         http_json(f"{self.backend_urls[site]}/admin/recover", {})
         self.partitioned.discard(site)
 
+    def fail(self, site: str, drain_s: float | None = None) -> None:
+        """`site`'s backend fails: new requests get 503 at once, and after `drain_s` its
+        metrics stall too, so its operator's scrapes produce nothing. Peers still poll
+        its operator (unlike a partition)."""
+        site_spec = next(s for s in self.spec.sites if s.name == site)
+        fake = self.backend_urls[site]
+        http_json(f"{fake}/admin/fail", {"status": 503})
+        time.sleep(self.spec.service_of(site_spec) * 3 if drain_s is None else drain_s)
+        http_json(f"{fake}/admin/pause", {"metrics": True})
+
+    def recover(self, site: str) -> None:
+        """Undo `fail(site)`."""
+        http_json(f"{self.backend_urls[site]}/admin/recover", {})
+
+    def restart_operator(self, site: str, timeout_s: float = 30.0) -> None:
+        """Stop `site`'s operator and start it again on the same port and config: what
+        it learned from its peers is gone until it polls them again."""
+        old = self.operators[site]
+        self.procs.stop(old)
+        self.operators[site] = self.procs.start(old.name, old.argv[3:])
+        self._wait_operator(site, time.monotonic() + timeout_s)
+
     def served(self) -> dict[str, int]:
         """Requests each fake site completed so far (its `/admin/stats`)."""
         out = {}

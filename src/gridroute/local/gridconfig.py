@@ -63,7 +63,10 @@ class GridSpec:
         default_factory=lambda: AvailabilitySettings(shedding=True)
     )
     interval_s: float = 1.0
-    """Scrape and poll interval (operators and gateways), before `time_scale`."""
+    """Scrape interval of the operators, before `time_scale`."""
+    poll_interval_s: float | None = None
+    """Peer-poll interval of the operators and the gateways' operator poll, before
+    `time_scale`; default `interval_s`."""
     stale_metrics_s: float = 2.0
     """How long an operator republishes a failing scrape's last reading. Short, so a
     partitioned site goes silent within seconds rather than the production 10 s."""
@@ -89,6 +92,13 @@ class GridSpec:
 
     def scaled(self, seconds: float) -> float:
         return seconds * self.time_scale
+
+    @property
+    def poll_s(self) -> float:
+        """The poll interval, stretched."""
+        return self.scaled(
+            self.interval_s if self.poll_interval_s is None else self.poll_interval_s
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +135,6 @@ def operator_config(
 ) -> dict[str, Any]:
     """`operator.yaml` of `site`: scrape its fake server, poll every other site (mTLS)."""
     backend = addrs.backends[site.name]
-    interval = spec.scaled(spec.interval_s)
     return {
         "site": site.name,
         "listen": f"127.0.0.1:{addrs.operators[site.name]}",
@@ -154,8 +163,8 @@ def operator_config(
                 },
             }
         ],
-        "scrapeIntervalSeconds": interval,
-        "peerPollIntervalSeconds": interval,
+        "scrapeIntervalSeconds": spec.scaled(spec.interval_s),
+        "peerPollIntervalSeconds": spec.poll_s,
     }
 
 
@@ -170,7 +179,7 @@ def gateway_config(
     spec: GridSpec, gateway_site: str, addrs: Addresses, certs: Path
 ) -> dict[str, Any]:
     """`gateway.yaml` of a gateway at `gateway_site`, polling that site's operator."""
-    interval = spec.scaled(spec.interval_s)
+    interval = spec.poll_s
     return {
         "listen": "127.0.0.1:0",
         "local_site": gateway_site,

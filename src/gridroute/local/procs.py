@@ -153,6 +153,20 @@ class Supervisor:
                 os.kill(child.pid, signal.SIGCONT)
             child.frozen = False
 
+    def stop(self, child: Child, grace_s: float = 5.0) -> None:
+        """Stop one child (SIGTERM, then SIGKILL after `grace_s`) and forget it."""
+        self.thaw(child)
+        if child.alive():
+            with contextlib.suppress(ProcessLookupError):
+                child.popen.send_signal(signal.SIGTERM)
+        try:
+            child.popen.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            child.popen.kill()
+            child.popen.wait()
+        if child in self.children:
+            self.children.remove(child)
+
     def stop_all(self, grace_s: float = 5.0) -> None:
         """Stop every child, newest first: SIGTERM, then SIGKILL after `grace_s`. Safe to
         call twice, and from a `finally` while an exception is in flight."""

@@ -44,6 +44,10 @@ class SiteTick:
     """Decisions over the gateway's recent window that passed this site over, by reason."""
     routed: float = 0.0
     """Requests the gateway has sent here so far (routed, fallback, last resort)."""
+    load: float | None = None
+    """(running + waiting) / slots at the site's model server: the simulator's rho."""
+    overshoot: int | None = None
+    """Requests that arrived at the site's model server with every slot busy, so far."""
 
     @property
     def state(self) -> str:
@@ -70,8 +74,14 @@ class Tick:
     """Why the gateway's status could not be read this tick, if it could not."""
 
 
-def site_ticks(status: Mapping[str, Any] | None, served: Mapping[str, int]) -> dict[str, SiteTick]:
-    """Join one `/grid/status` answer with the sites' completion counts (pure)."""
+def site_ticks(
+    status: Mapping[str, Any] | None,
+    served: Mapping[str, int],
+    stats: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, SiteTick]:
+    """Join one `/grid/status` answer with the sites' completion counts and, when given,
+    their whole `/admin/stats` (pure)."""
+    extra = {name: _server_fields(st) for name, st in (stats or {}).items()}
     out: dict[str, SiteTick] = {}
     decisions = {} if status is None else status.get("decisions", {})
     recent, total = decisions.get("recent", {}), decisions.get("total", {})
@@ -92,22 +102,30 @@ def site_ticks(status: Mapping[str, Any] | None, served: Mapping[str, int]) -> d
             served=served.get(name),
             refused={r: n for r, n in reasons.items() if r not in ROUTED_REASONS and n > 0},
             routed=sum(n for r, n in total.get(name, {}).items() if r in ROUTED_REASONS),
+            **extra.get(name, {}),
         )
     for name, count in served.items():
         if name not in out:
-            out[name] = SiteTick(site=name, served=count)
+            out[name] = SiteTick(site=name, served=count, **extra.get(name, {}))
     return out
 
 
+def _server_fields(stats: Mapping[str, Any]) -> dict[str, Any]:
+    slots = stats.get("slots") or 0
+    busy = (stats.get("running") or 0) + (stats.get("waiting") or 0)
+    return {"load": busy / slots if slots else None, "overshoot": stats.get("overshoot")}
+
+
 def tick_of(t: float, status: Mapping[str, Any] | None, served: Mapping[str, int],
-            error: str | None = None) -> Tick:  # fmt: skip
+            error: str | None = None,
+            stats: Mapping[str, Mapping[str, Any]] | None = None) -> Tick:  # fmt: skip
     """Build one `Tick` from the raw answers (pure, so tests feed it recorded JSON)."""
     models = {} if status is None else status.get("models", {})
     shed_total = 0.0 if status is None else status.get("selections", {}).get("total", {})
     shed_total = float(shed_total.get("shed", 0.0)) if isinstance(shed_total, dict) else 0.0
     return Tick(
         t=t,
-        sites=site_ticks(status, served),
+        sites=site_ticks(status, served, stats),
         shedding=any(m.get("shedding") for m in models.values()),
         shed_total=shed_total,
         error=error,
@@ -178,10 +196,9 @@ class Sampler:
         if isinstance(status, BaseException):
             error = f"{type(status).__name__}: {status}".strip(": ")
             status = None
-        served = {
-            n: int(s["served"]) for n, s in zip(names, stats, strict=True) if isinstance(s, dict)
-        }
-        tick = tick_of(time.monotonic() - self.started, status, served, error)
+        good = {n: s for n, s in zip(names, stats, strict=True) if isinstance(s, dict)}
+        served = {n: int(s["served"]) for n, s in good.items()}
+        tick = tick_of(time.monotonic() - self.started, status, served, error, good)
         self.ticks.append(tick)
         return tick
 

@@ -35,6 +35,13 @@ def run(
         float | None,
         typer.Option("--duration", help="Override duration_s (seconds), for a quick look."),
     ] = None,
+    live: Annotated[
+        bool, typer.Option("--live", help="Run on real processes (a local grid per row).")
+    ] = False,
+    time_scale: Annotated[
+        float | None,
+        typer.Option("--time-scale", help="With --live: stretch every duration by K [auto]."),
+    ] = None,
 ) -> None:
     """Run every policy at every client count of SCENARIO and print the table."""
     from rich.console import Console
@@ -50,7 +57,12 @@ def run(
     except ScenarioError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    results = run_scenario(sc)
+    if live:
+        from gridroute.local.live import run_live
+
+        results = run_live(sc, time_scale)
+    else:
+        results = run_scenario(sc)
     out = Console()
     if not out.is_terminal:
         out.width = max(out.width, WIDE)  # piped into a file or a log: never truncate
