@@ -8,7 +8,13 @@ from typing import Any
 from rich.console import Console
 
 from gridroute.local.demo import DemoOptions, parse_sites, plan
-from gridroute.local.demoreport import FaultTimes, PhaseSpan, fault_report, summary_table
+from gridroute.local.demoreport import (
+    FaultTimes,
+    PhaseSpan,
+    fault_report,
+    peak_share,
+    summary_table,
+)
 from gridroute.local.demoreport import write_plot as write_demo_plot
 from gridroute.local.demoview import digest, render
 from gridroute.local.gridconfig import SiteSpec
@@ -173,3 +179,11 @@ def test_parse_sites_names_the_bad_part() -> None:
             assert "--sites" in str(exc)
         else:
             raise AssertionError(f"{bad!r} accepted")
+
+
+def test_peak_share_ignores_stragglers_past_the_phase() -> None:
+    recs = [RequestRecord(i * 0.5, 0.4, 200, ("hub", "west")[i % 2], Outcome.OK) for i in range(8)]
+    recs.append(RequestRecord(3.0, 6.0, 200, "west", Outcome.OK))  # ends at 9 s, alone
+    result = LoadResult(tuple(recs), 9.5)
+    assert peak_share(result, 0.0, 4.0) == ("hub", 0.5)
+    assert peak_share(result, 0.0, 10.0, window_s=2.0) == ("west", 1.0)

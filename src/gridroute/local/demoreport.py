@@ -44,6 +44,28 @@ def phase_result(result: LoadResult, index: int, span: PhaseSpan) -> LoadResult:
     return LoadResult(recs, span.end_s - span.start_s)
 
 
+def peak_share(result: LoadResult, start_s: float, end_s: float, window_s: float = 10.0
+               ) -> tuple[str, float] | None:  # fmt: skip
+    """The largest share one site had of the completions in any `window_s` window lying
+    wholly inside [start_s, end_s] (the whole span when it is shorter), by the second.
+    Windows that hang over the span's edge would catch a few stragglers and read 100 %."""
+    series = result.timeseries(1.0)
+    first, last = math.ceil(start_s), min(len(series), math.floor(end_s))
+    width = max(1, min(round(window_s), last - first))
+    best: tuple[str, float] | None = None
+    for lo in range(first, max(first, last - width) + 1):
+        counts: dict[str, int] = {}
+        for bucket in series[lo : lo + width]:
+            for site, n in bucket.items():
+                counts[site] = counts.get(site, 0) + n
+        total = sum(counts.values())
+        if total:
+            site, n = max(counts.items(), key=lambda kv: kv[1])
+            if best is None or n / total > best[1]:
+                best = (site, n / total)
+    return best
+
+
 def _secs(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.2f}"
 
@@ -61,13 +83,14 @@ def summary_table(
         t.add_column(f"{name} ({cap:.2f})", justify="right")
     for col in ("peak 10s", "429", "failed", "p50 s", "p99 s"):
         t.add_column(col, justify="right")
-    rows = [(span.name, span.clients, phase_result(result, i, span))
+    rows = [(span.name, span.clients, phase_result(result, i, span), span.start_s, span.end_s)
             for i, span in enumerate(spans)]  # fmt: skip
-    rows.append(("whole run", max((s.clients for s in spans), default=0), result))
-    for i, (name, clients, part) in enumerate(rows):
+    end = spans[-1].end_s if spans else result.duration_s
+    rows.append(("whole run", max((s.clients for s in spans), default=0), result, 0.0, end))
+    for i, (name, clients, part, start_s, end_s) in enumerate(rows):
         if i == len(rows) - 1:
             t.add_section()
-        peak = part.peak_window_share()
+        peak = peak_share(result, start_s, end_s)
         dur = part.duration_s or 1.0
         t.add_row(
             name,
@@ -75,7 +98,7 @@ def summary_table(
             str(part.ok),
             f"{part.ok / dur:.0f}",
             *(f"{part.shares.get(site, 0.0):.2f}" for site in capacity_shares),
-            "-" if peak is None else f"{peak.site} {peak.share:.2f}",
+            "-" if peak is None else f"{peak[0]} {peak[1]:.2f}",
             str(part.shed),
             str(part.failed),
             _secs(part.latency_s(0.5)),
