@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -57,6 +58,14 @@ async def grid_status(request: web.Request) -> web.Response:
     return web.Response(body=body.encode(), content_type="application/json")
 
 
+DASHBOARD = Path(__file__).parent / "static" / "dashboard.html"
+"""The dashboard: one hand-written page (no CDN, works air-gapped) polling /grid/status."""
+
+
+async def dashboard(_: web.Request) -> web.StreamResponse:
+    return web.FileResponse(DASHBOARD, headers={"Content-Type": "text/html; charset=utf-8"})
+
+
 def create_app(gw: Gateway) -> web.Application:
     """The API app; starting it starts the gateway's pools, probes and poll loop."""
     app = web.Application(client_max_size=_NO_LIMIT, handler_args={"max_field_size": 65536})
@@ -67,6 +76,7 @@ def create_app(gw: Gateway) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/grid/status", grid_status)
+    app.router.add_get("/dashboard", dashboard)
 
     async def on_startup(_app: web.Application) -> None:
         gw.started_at = time.time()
