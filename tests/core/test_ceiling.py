@@ -122,3 +122,26 @@ def test_gauges_expose_soft_hard_effective_reported_and_counted() -> None:
     v = g.refresh(1.0).views[0]
     assert (v.soft, v.hard, v.ceiling) == (40, None, 64)
     assert v.rho == pytest.approx(40 / 64)
+
+
+def test_kv_pressure_lowers_the_ceiling_that_gridroute_counts_against() -> None:
+    """KV at 0.6 with 30 in flight fills to kv_full (0.8) at 40 requests: that is the
+    ceiling counted and pick rho read against, so KV pressure moves with own counts."""
+    g = Grid([Site("a", running=30, max_running=100, kv=0.6)])
+    for _ in range(30):
+        g.own.start("a/p", 0.5)
+    v = g.refresh(1.0).views[0]
+    assert v.room_ceiling == pytest.approx(40)
+    assert v.ceiling == 100  # the learned/declared ceiling is unchanged
+    assert v.counted_rho(30) == pytest.approx(30 / 40)  # == kv / kv_full at the sample
+    assert v.counted_rho(20) == pytest.approx(20 / 40)  # ten finished since
+    assert v.budget == pytest.approx(40)  # fair share: only the KV-bounded room
+
+
+def test_kv_bound_never_raises_the_ceiling() -> None:
+    from gridroute.core.ceiling import kv_bounded
+
+    assert kv_bounded(100, 10, 0.01, 0.8) == 100
+    assert kv_bounded(100, 10, None, 0.8) == 100
+    assert kv_bounded(100, 0, 0.5, 0.8) == 100
+    assert kv_bounded(100, 1, 1.0, 0.8) == 1.0

@@ -23,6 +23,13 @@ rho = in-flight / ceiling, smoothed once per new sample (EWMA, `smoothing`), com
 with KV-cache pressure as max(rho, kv_usage / kv_full). Taking the larger is llm-d's
 per-endpoint rule (max(queue/5, kv/0.8)) lifted to the site: either resource running
 out saturates the site, and neither can hide the other.
+
+For gridroute's per-request estimates the same rule is written as a ceiling: at the
+sample, KV fills to `kv_full` at `in_flight * kv_full / kv_usage` requests
+(`kv_bounded`), and max(x / ceiling, kv / kv_full) == x / min(ceiling, that) for the
+sample's own in-flight. Read that way, KV pressure moves with the gateway's own counts
+between polls instead of standing still for a poll, which made every gateway rank sites
+on the same poll-old KV value and herd.
 """
 
 from __future__ import annotations
@@ -98,6 +105,14 @@ def teach(state: CeilingState, sample: Sample, settings: AvailabilitySettings) -
         if running is not None and running >= settings.ceiling_floor:
             hard = running if hard is None else min(hard, running)
     return CeilingState(sample.at, sample.generation, soft, hard, state.rho, state.sampled_at)
+
+
+def kv_bounded(ceiling: float, in_flight: float, kv_usage: float | None, kv_full: float) -> float:
+    """The ceiling lowered to the in-flight at which KV usage would reach `kv_full`,
+    extrapolated from one sample (requests in flight and KV used, same instant)."""
+    if kv_usage is None or kv_usage <= 0.0 or in_flight <= 0.0:
+        return ceiling
+    return max(min(ceiling, in_flight * kv_full / kv_usage), 1.0)
 
 
 def rho_of(

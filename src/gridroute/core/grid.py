@@ -220,27 +220,27 @@ class GridState:
         s = self.settings
         hv = health.get(cand.key, Health.UNKNOWN)
         if reading is None:
-            return SiteView(
-                cand,
-                index,
-                False,
-                True,
-                None,
-                hv,
-                None,
-                None,
-                None,
-                s.ceiling_floor,
-                None,
-                None,
-                None,
-                False,
-                False,
-                True,
-                None,
-                0.0,
-                0,
-                0.0,
+            return SiteView(  # unmeasured: publishes no load
+                candidate=cand,
+                index=index,
+                measured=False,
+                ready=True,
+                live=None,
+                health=hv,
+                capacity=None,
+                soft=None,
+                hard=None,
+                ceiling=s.ceiling_floor,
+                rho=None,
+                queued=None,
+                room_ceiling=s.ceiling_floor,
+                congested=False,
+                full=False,
+                relieved=True,
+                sampled_at=None,
+                base=0.0,
+                own_at_sample=0,
+                budget=0.0,
             )
         judge = rounds.get(cand.site)
         if tr.liveness is None:
@@ -271,14 +271,14 @@ class GridState:
             tr.full_since = now
         full = tr.full_since is not None and now - tr.full_since >= s.full_after_ms / 1000.0
         relieved = not congested
-        kv_rho = None if reading.kv_usage is None else reading.kv_usage / s.kv_full
         latest = reading.latest_in_flight or 0.0
+        room_ceiling = ceil.kv_bounded(ceiling, latest, reading.latest_kv_usage, s.kv_full)
         own_s = own.at(cand.key, reading.sampled_at) if own is not None else 0
         base = max(latest - own_s, 0.0)
-        free = max(ceiling - latest, 0.0)
+        free = max(room_ceiling - latest, 0.0)
         # Over-full at the sample: keep only this gateway's proportional part of the
         # ceiling, so its queued requests finishing do not read as room to refill.
-        held = own_s if latest <= ceiling else ceiling * own_s / latest
+        held = own_s if latest <= room_ceiling else room_ceiling * own_s / latest
         budget = held + free * share
         return SiteView(
             candidate=cand,
@@ -293,7 +293,7 @@ class GridState:
             ceiling=ceiling,
             rho=rho,
             queued=reading.queued,
-            kv_rho=kv_rho,
+            room_ceiling=room_ceiling,
             congested=congested,
             full=full,
             relieved=relieved,

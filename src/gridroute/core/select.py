@@ -235,12 +235,9 @@ def decide(
             # Rank by this gateway's own load plus only its share of everyone else's: the
             # others' part is a poll old, and ranking on it makes gateways herd together.
             # (Inlined SiteView.pick_rho: this loop is the request path.)
-            r = (mine + v.share * v.base) / v.ceiling
-            kv = v.kv_rho
-            if kv is not None and kv > r:
-                r = kv
-            rhos[i] = r
-            site_room = v.base + mine + 1 <= v.ceiling
+            ceiling = v.room_ceiling
+            rhos[i] = (mine + v.share * v.base) / ceiling
+            site_room = v.base + mine + 1 <= ceiling
             if (mine + 1 <= v.budget) if fair else site_room:
                 (queued if v.is_queued else free).append(i)
             elif site_room and (not s.shedding or mine + 1 <= v.budget + v.spare):

@@ -32,8 +32,9 @@ class SiteView:
     """Reported rho: smoothed, from the site's own samples."""
     queued: float | None
     """Worst per-endpoint queue in the window; None when no queue series is published."""
-    kv_rho: float | None
-    """KV pressure alone (kv_usage / kv_full), folded into counted rho per request."""
+    room_ceiling: float
+    """The ceiling lowered to where KV usage would reach `kv_full` (see
+    `ceiling.kv_bounded`): what counted rho, pick rho and fair-share room read against."""
     congested: bool
     full: bool
     """At its ceiling with work waiting for at least full_after_ms ("marked full")."""
@@ -60,17 +61,13 @@ class SiteView:
 
     def counted_rho(self, mine: int) -> float:
         """The site's estimated pressure: others' in-flight at the sample plus this
-        gateway's own now, over the ceiling (KV pressure if larger)."""
-        r = (self.base + mine) / self.ceiling
-        kv = self.kv_rho
-        return kv if kv is not None and kv > r else r
+        gateway's own now, over the (KV-bounded) ceiling."""
+        return (self.base + mine) / self.room_ceiling
 
     def pick_rho(self, mine: int) -> float:
         """What gridroute's picks compare: this gateway's own in-flight plus only its share
-        of the others' (a poll old), over the ceiling (KV pressure if larger)."""
-        r = (mine + self.share * self.base) / self.ceiling
-        kv = self.kv_rho
-        return kv if kv is not None and kv > r else r
+        of the others' (a poll old), over the (KV-bounded) ceiling."""
+        return (mine + self.share * self.base) / self.room_ceiling
 
     @property
     def site(self) -> str:

@@ -36,6 +36,9 @@ class Reading:
     congested_running: float | None
     """Least running total over instants with a backlog: the demonstrated limit."""
     kv_usage: float | None
+    """Worst KV-cache usage in the window."""
+    latest_kv_usage: float | None
+    """KV-cache usage of the newest sample alone (paired with `latest_in_flight`)."""
     capacity: float | None
     """Newest maxRunning x ready endpoints, when maxRunning is known."""
     generation: int | None
@@ -107,6 +110,7 @@ class SampleWindow:
             congested_in_flight=_worst(s.in_flight for s in congested),
             congested_running=min(congested_running) if congested_running else None,
             kv_usage=_worst(s.kv_usage for s in window),
+            latest_kv_usage=newest.kv_usage,
             capacity=newest.capacity,
             generation=newest.generation,
             unready=newest.ready is not None and newest.ready < 1.0,

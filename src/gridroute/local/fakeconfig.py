@@ -69,3 +69,8 @@ class FakeServerConfig(BaseModel):
 
     embedding_dim: int = Field(default=16, ge=1)
     """Length of the vectors `/v1/embeddings` returns."""
+
+    kv_at_full: float = Field(default=0.7, gt=0, le=1)
+    """KV-cache usage reported with every slot busy (usage = kv_at_full x running / slots).
+    Below 1, as on a server whose batch limit binds before its KV cache fills; set 1 to
+    make the cache fill exactly with the slots."""

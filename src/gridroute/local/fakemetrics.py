@@ -76,8 +76,11 @@ class Buckets:
 class VllmCollector(Collector):
     """Reads every engine's live state into vLLM-named metric families at scrape time."""
 
-    def __init__(self, engines: Callable[[], Iterable[FakeEngine]]) -> None:
+    def __init__(
+        self, engines: Callable[[], Iterable[FakeEngine]], kv_at_full: float = 0.7
+    ) -> None:
         self._engines = engines
+        self._kv_at_full = kv_at_full
 
     def collect(self) -> Iterator[Metric]:
         engines = list(self._engines())
@@ -123,7 +126,8 @@ class VllmCollector(Collector):
             pool = eng.pool
             running.add_metric(lv, float(pool.running))
             waiting.add_metric(lv, float(pool.waiting))
-            usage = min(pool.running / pool.slots, 1.0) if pool.slots else 0.0
+            full = self._kv_at_full
+            usage = min(full * pool.running / pool.slots, 1.0) if pool.slots else 0.0
             kv.add_metric(lv, usage)
             gpu.add_metric(lv, usage)
             for reason in FINISHED_REASONS:
@@ -135,8 +139,10 @@ class VllmCollector(Collector):
         yield from (running, waiting, kv, gpu, success, prompt, generation, ttft, e2e)
 
 
-def make_registry(engines: Callable[[], Iterable[FakeEngine]]) -> CollectorRegistry:
+def make_registry(
+    engines: Callable[[], Iterable[FakeEngine]], kv_at_full: float = 0.7
+) -> CollectorRegistry:
     """A registry of its own per app, so servers sharing a process stay separate."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(VllmCollector(engines))
+    registry.register(VllmCollector(engines, kv_at_full))
     return registry

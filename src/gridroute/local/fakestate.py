@@ -34,7 +34,7 @@ class ServerState:
             per_token_s=cfg.per_token_s,
             rng=random.Random(cfg.seed),
         )
-        self.registry = make_registry(self.engines.values)
+        self.registry = make_registry(self.engines.values, kv_at_full=cfg.kv_at_full)
         self.ids = itertools.count(1)
         self.fail_status: int | None = None
         """When set, every model request answers this status (`/admin/fail`)."""
