@@ -69,6 +69,28 @@ def breaking_app(sent: list[int]) -> web.Application:
     return app
 
 
+def stalling_app(cancelled: list[int]) -> web.Application:
+    """Streams three SSE chunks 50 ms apart, then goes silent; records its cancellation."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        try:
+            for i in range(3):
+                await resp.write(f'data: {{"i": {i}}}\n\n'.encode())
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(1)
+            raise
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handler)
+    return app
+
+
 def closed_port() -> str:
     """A loopback URL nothing listens on (connection refused)."""
     with socket.socket() as s:

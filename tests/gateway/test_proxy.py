@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from gridroute.core import Sample
-from tests.gateway.backends import breaking_app, closed_port, echo_app, serve
+from tests.gateway.backends import breaking_app, closed_port, echo_app, serve, stalling_app
 from tests.gateway.harness import MODEL, eventually, fake, run, running_grid
 
 CHAT = [{"role": "user", "content": "hello"}]
@@ -254,6 +254,41 @@ def test_read_timeout_answers_504_and_frees_the_count() -> None:
                 await g.client().chat.completions.create(model=MODEL, messages=CHAT)
             assert err.value.status_code == 504
             assert g.in_flight() == 0
+
+    run(scenario)
+
+
+def test_read_timeout_bounds_each_gap_between_chunks_not_the_whole_body() -> None:
+    async def scenario() -> None:
+        overrides = {"timeouts": {"read_timeout_s": 0.3}}
+        steady = fake("a", service_s=0.0, per_token_s=0.1, tokens=8)  # 0.8 s in 0.1 s gaps
+        async with running_grid({"a": steady}, **overrides) as g, aiohttp.ClientSession() as http:
+            body = json.dumps({"model": MODEL, "messages": CHAT, "stream": True})
+            async with http.post(g.url + "/v1/chat/completions", data=body) as r:
+                assert (await r.text()).rstrip().endswith("data: [DONE]")
+            assert g.in_flight() == 0
+
+    run(scenario)
+
+
+def test_silence_mid_stream_cuts_the_client_and_cancels_upstream() -> None:
+    async def scenario() -> None:
+        cancelled: list[int] = []
+        overrides = {"timeouts": {"read_timeout_s": 0.3}}
+        async with (
+            serve(stalling_app(cancelled)) as url,
+            running_grid({"a": url}, **overrides) as g,
+            aiohttp.ClientSession() as http,
+        ):
+            body = json.dumps({"model": MODEL, "messages": CHAT, "stream": True})
+            t0 = time.monotonic()
+            async with http.post(g.url + "/v1/chat/completions", data=body) as r:
+                assert r.status == 200
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await r.read()
+            assert 0.3 <= time.monotonic() - t0 < 5.0
+            await eventually(lambda: cancelled == [1])
+            await eventually(lambda: g.in_flight() == 0)
 
     run(scenario)
 

@@ -19,6 +19,7 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp
@@ -257,7 +258,7 @@ async def _attempt(
                 if nxt is not None:
                     gw.metrics.retry(view.site, f"status_{up.status}")
                     raise _Retry(nxt)
-            return await _relay(request, up, view)
+            return await _relay(request, up, view, backend.spec.read_timeout_s)
         finally:
             up.release()
     finally:
@@ -275,15 +276,55 @@ def _failure_reason(exc: BaseException) -> str:
     return "reset"
 
 
+class _Silence:
+    """`timeouts.read_timeout_s` between the chunks of one relayed body, as one lazy timer.
+
+    aiohttp's own `sock_read` re-arms a timer (cancel + `call_later`) on every chunk
+    received: at 1,000 slow streams x 20 chunks/s that is measurable CPU and a steady
+    flow of short-lived timer objects for the garbage collector. Here a chunk only stores
+    the loop time; the timer fires at most once per `timeout_s` and re-arms itself for
+    what is left. On silence it fails the body's reader with aiohttp's own
+    `SocketTimeoutError`, so the relay ends exactly as before. (The wait for the
+    answer's headers keeps aiohttp's `sock_read`: one timer per request.)
+    """
+
+    __slots__ = ("_content", "_handle", "_loop", "_timeout_s", "last")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, timeout_s: float, content: aiohttp.StreamReader
+    ) -> None:
+        self._loop = loop
+        self._timeout_s = timeout_s
+        self._content = content
+        self.last = loop.time()
+        self._handle = loop.call_at(self.last + timeout_s, self._check)
+
+    def _check(self) -> None:
+        due = self.last + self._timeout_s
+        if self._loop.time() < due:
+            self._handle = self._loop.call_at(due, self._check)
+            return
+        self._content.set_exception(
+            aiohttp.SocketTimeoutError(f"no data from the backend for {self._timeout_s} s")
+        )
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 async def _relay(
-    request: web.Request, up: aiohttp.ClientResponse, view: SiteView
+    request: web.Request,
+    up: aiohttp.ClientResponse,
+    view: SiteView,
+    read_timeout_s: float | None = None,
 ) -> web.StreamResponse:
     """Status, headers and body of the backend's answer, chunk by chunk, with backpressure.
 
     `resp.write` waits for the client's socket to drain past aiohttp's high-water mark,
     and `readany` reads from a bounded buffer that pauses the backend socket, so a slow
     client slows its backend stream instead of filling memory. A backend that fails
-    mid-body cuts the client connection: a truncated answer must not look complete.
+    mid-body, or stays silent for `read_timeout_s`, cuts the client connection: a
+    truncated answer must not look complete.
     """
     resp = web.StreamResponse(
         status=up.status, reason=up.reason, headers=response_headers(up, view)
@@ -292,12 +333,28 @@ async def _relay(
         resp.content_length = up.content_length
     await resp.prepare(request)
     content = up.content
+    silence: _Silence | None = None
+    conn = up.connection
+    protocol = conn.protocol if conn is not None else None
+    loop = asyncio.get_running_loop()
+    if read_timeout_s is not None and protocol is not None:
+        protocol.read_timeout = None  # from here on: the lazy timer, not one per chunk
+        silence = _Silence(loop, read_timeout_s, content)
     try:
-        while True:
-            chunk = await content.readany()
-            if not chunk:
-                break
-            await resp.write(chunk)
+        if silence is None:
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    break
+                await resp.write(chunk)
+        else:
+            now = loop.time
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    break
+                silence.last = now()
+                await resp.write(chunk)
     except (TimeoutError, aiohttp.ClientError):
         # Cut the client connection: aiohttp then skips the final chunk, so the client
         # sees a truncated answer rather than a complete-looking one. No traceback: a
@@ -306,5 +363,8 @@ async def _relay(
         if transport is not None:
             transport.abort()
         return resp
+    finally:
+        if silence is not None:
+            silence.cancel()
     await resp.write_eof()
     return resp
