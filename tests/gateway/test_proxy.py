@@ -167,6 +167,32 @@ def test_inbound_grid_headers_are_stripped_and_bytes_pass_through() -> None:
     run(scenario)
 
 
+def test_the_gateway_adds_no_request_headers_of_its_own() -> None:
+    """A bare request arrives bare: no Accept, Accept-Encoding, User-Agent or
+    Content-Type that the client did not send (aiohttp would add them by default)."""
+
+    async def scenario() -> None:
+        seen: list[dict[str, Any]] = []
+        async with serve(echo_app(seen)) as url, running_grid({"a": url}) as g:
+            body = b'{"model":"m"}'
+            host, port = g.url.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Mine: 1\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200")
+            writer.close()
+            names = {k.lower() for k in seen[0]["headers"]}
+            assert names == {"host", "content-length", "x-mine"}, names
+            assert seen[0]["body"] == body
+            await eventually(lambda: g.in_flight() == 0)
+
+    run(scenario)
+
+
 def test_connect_failure_is_retried_once_on_another_site() -> None:
     async def scenario() -> None:
         sites: dict[str, Any] = {"dead": closed_port(), "b": fake("b")}

@@ -340,11 +340,15 @@ async def _relay(
     if read_timeout_s is not None and protocol is not None:
         protocol.read_timeout = None  # from here on: the lazy timer, not one per chunk
         silence = _Silence(loop, read_timeout_s, content)
+    last = b""  # the body's final piece goes out with the end (one write, not two)
     try:
         if silence is None:
             while True:
                 chunk = await content.readany()
                 if not chunk:
+                    break
+                if content.at_eof():
+                    last = chunk
                     break
                 await resp.write(chunk)
         else:
@@ -354,6 +358,9 @@ async def _relay(
                 if not chunk:
                     break
                 silence.last = now()
+                if content.at_eof():
+                    last = chunk
+                    break
                 await resp.write(chunk)
     except (TimeoutError, aiohttp.ClientError):
         # Cut the client connection: aiohttp then skips the final chunk, so the client
@@ -366,5 +373,5 @@ async def _relay(
     finally:
         if silence is not None:
             silence.cancel()
-    await resp.write_eof()
+    await resp.write_eof(last)
     return resp
