@@ -15,6 +15,7 @@ local site: the time of this read). Times are seconds on one clock.
 """
 
 from gridroute.core.accounting import AccountingError, OwnLoad
+from gridroute.core.affinity import AffinityTable
 from gridroute.core.candidate import Candidate, Health
 from gridroute.core.grid import GridState, Snapshot
 from gridroute.core.liveness import Live
@@ -25,6 +26,7 @@ from gridroute.core.view import ModelPlan, SiteView
 
 __all__ = [
     "AccountingError",
+    "AffinityTable",
     "AvailabilitySettings",
     "Candidate",
     "Decision",
