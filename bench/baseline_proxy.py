@@ -68,5 +68,6 @@ if __name__ == "__main__":
         port=port,
         access_log=None,
         print=None,
+        backlog=1024,  # as gridroute's listener
         loop=uvloop.new_event_loop(),
     )

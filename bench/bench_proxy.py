@@ -10,8 +10,10 @@ this load generator share core 1. Measured for each target:
 
 Targets: direct (no proxy), the plain aiohttp+uvloop baseline (baseline_proxy.py),
 gridroute (routing on live signals from three sites, own-load accounting, metrics
-listener on, health probes on), and nginx as a plain keep-alive reverse proxy
-(installed with apt-get when missing). Ratios are printed against the baseline.
+listener on, health probes on), nginx as a plain keep-alive reverse proxy (installed
+with apt-get when missing) and LiteLLM's proxy (installed into its own venv under /tmp
+when missing; skipped, with the reason printed, when that fails). Ratios are printed
+against the baseline. bench_sse.py and bench_workers.py reuse these pieces.
 
     .venv/bin/python bench/bench_proxy.py [--seconds 5] [--connections 64]
 """
@@ -36,11 +38,16 @@ BODY = b'{"model":"m","messages":[{"role":"user","content":"hello"}]}'
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def request_bytes(port: int) -> bytes:
+STREAM_BODY = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hello"}]}'
+LITELLM_VENV = Path("/tmp/litellm-venv")
+LITELLM_INSTALL_S = 300
+
+
+def request_bytes(port: int, body: bytes = BODY) -> bytes:
     return (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(BODY)}\r\n\r\n"
-    ).encode() + BODY
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 def free_port() -> int:
@@ -107,10 +114,12 @@ class Stats:
     latencies: list[float] | None = None
 
 
-async def drive(port: int, connections: int, seconds: float, latency: bool = False) -> Stats:
+async def drive(
+    port: int, connections: int, seconds: float, latency: bool = False, body: bytes = BODY
+) -> Stats:
     loop = asyncio.get_running_loop()
     stats = Stats(latencies=[] if latency else None)
-    req = request_bytes(port)
+    req = request_bytes(port, body)
     conns = [
         await loop.create_connection(lambda: Conn(req, stats), "127.0.0.1", port)
         for _ in range(connections)
@@ -125,17 +134,8 @@ async def drive(port: int, connections: int, seconds: float, latency: bool = Fal
 
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) of `pid` and its children."""
-    pids = [pid]
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                pids.append(int(entry))
     total = 0
-    for p in pids:
+    for p in [pid, *children(pid)]:
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -144,7 +144,7 @@ def tree_cpu(pid: int) -> float:
     return total / TICKS
 
 
-def wait_port(port: int, timeout: float = 20.0) -> None:
+def wait_port(port: int, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as s:
@@ -154,10 +154,41 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-def start(args: list[str], core: int) -> subprocess.Popen[bytes]:
+def start(
+    args: list[str], core: int | str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        ["taskset", "-c", str(core), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ["taskset", "-c", str(core), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory (KiB) of `pid` and its children."""
+    total = 0
+    for p in [pid, *children(pid)]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
 
 
 def ensure_nginx() -> str | None:
@@ -199,17 +230,96 @@ http {{
     return [exe, "-c", str(conf), "-p", str(tmp)]
 
 
-def gridroute_args(tmp: Path, port: int, backend: int, metrics: int) -> list[str]:
+def gridroute_args(tmp: Path, port: int, backend: int, metrics: int, workers: int = 1) -> list[str]:
     url = f"http://127.0.0.1:{backend}"
-    cfg = tmp / "gateway.yaml"
+    cfg = tmp / f"gateway-{port}.yaml"
     sites = "\n".join(f"  - {{name: {s}, backend_url: '{url}'}}" for s in ("hub", "west", "east"))
     cfg.write_text(
-        f"listen: 127.0.0.1:{port}\nlocal_site: hub\n"
+        f"listen: 127.0.0.1:{port}\nlocal_site: hub\nworkers: {workers}\n"
         f"operator: {{url: '{url}', poll_interval_s: 1.0}}\n"
         f"sites:\n{sites}\nmodels: [{{name: m}}]\n"
         f"metrics: {{listen: '127.0.0.1:{metrics}'}}\n"
     )
     return [str(Path(PY).with_name("gridroute")), "gateway", "--config", str(cfg)]
+
+
+def ensure_litellm() -> tuple[str | None, str]:
+    """LiteLLM's proxy in its own venv under /tmp: (executable, "") or (None, why not)."""
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if exe.exists():
+        return str(exe), ""
+    print(f"installing litellm[proxy] into {LITELLM_VENV} ...", flush=True)
+    try:
+        subprocess.run(
+            ["python3", "-m", "venv", str(LITELLM_VENV)], check=True, capture_output=True
+        )
+        subprocess.run(
+            [str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"],
+            check=True,
+            capture_output=True,
+            timeout=LITELLM_INSTALL_S,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"pip install 'litellm[proxy]' took over {LITELLM_INSTALL_S} s"
+    except (subprocess.CalledProcessError, OSError) as exc:
+        err = getattr(exc, "stderr", b"") or b""
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or [str(exc)]
+        return None, f"pip install 'litellm[proxy]' failed: {tail[0]}"
+    return (str(exe), "") if exe.exists() else (None, "no litellm executable after install")
+
+
+def litellm_args(exe: str, tmp: Path, port: int, backend: int) -> tuple[list[str], dict[str, str]]:
+    """LiteLLM's proxy with one OpenAI-compatible deployment (our backend), one worker."""
+    cfg = tmp / "litellm.yaml"
+    cfg.write_text(
+        "model_list:\n  - model_name: m\n    litellm_params:\n"
+        f"      model: openai/m\n      api_base: http://127.0.0.1:{backend}/v1\n"
+        "      api_key: unused\n"
+    )
+    env = {
+        **os.environ,
+        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",  # loopback only
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no network fetch at start
+        "LITELLM_LOG": "ERROR",
+    }
+    args = [exe, "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port)]
+    return [*args, "--num_workers", "1"], env
+
+
+@dataclass
+class Target:
+    name: str
+    args: list[str]
+    port: int
+    env: dict[str, str] | None = None
+    settle_s: float = 0.3
+    """Idle time after the port opens (gridroute: first poll and probe round)."""
+    metrics_port: int | None = None
+
+
+def proxy_targets(
+    tmp: Path, backend: int, *, nginx: bool = True, litellm: bool = True
+) -> list[Target]:
+    """The proxies every bench compares, in report order, each in front of `backend`."""
+    out: list[Target] = []
+    p = free_port()
+    base = [PY, str(HERE / "baseline_proxy.py"), str(p), f"http://127.0.0.1:{backend}"]
+    out.append(Target("aiohttp baseline", base, p))
+    p, m = free_port(), free_port()
+    out.append(Target("gridroute", gridroute_args(tmp, p, backend, m), p, None, 1.5, m))
+    exe = ensure_nginx() if nginx else None
+    if exe:
+        p = free_port()
+        out.append(Target("nginx", nginx_args(exe, tmp, p, backend), p))
+    if litellm:
+        ll, why = ensure_litellm()
+        if ll is None:
+            print(f"LiteLLM skipped: {why}", flush=True)
+        else:
+            p = free_port()
+            args, env = litellm_args(ll, tmp, p, backend)
+            out.append(Target("litellm", args, p, env, 2.0))
+    return out
 
 
 @dataclass
@@ -246,6 +356,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--skip-nginx", action="store_true")
+    ap.add_argument("--skip-litellm", action="store_true")
     a = ap.parse_args()
     if (os.cpu_count() or 1) < 2:
         sys.exit("needs two cores: the proxy on one, backend and load on the other")
@@ -262,33 +373,32 @@ def main() -> None:
         wait_port(backend)
         try:
             rows.append(measure("direct", backend, None, a.seconds, a.connections))
-            targets: list[tuple[str, list[str], int]] = []
-            p = free_port()
-            base = [PY, str(HERE / "baseline_proxy.py"), str(p), f"http://127.0.0.1:{backend}"]
-            targets.append(("aiohttp baseline", base, p))
-            p = free_port()
-            metrics_port = free_port()
-            targets.append(("gridroute", gridroute_args(tmp, p, backend, metrics_port), p))
-            nginx = None if a.skip_nginx else ensure_nginx()
-            if nginx:
-                p = free_port()
-                targets.append(("nginx", nginx_args(nginx, tmp, p, backend), p))
-            for name, args, port in targets:
-                proc = start(args, 0)
+            targets = proxy_targets(
+                tmp, backend, nginx=not a.skip_nginx, litellm=not a.skip_litellm
+            )
+            for t in targets:
+                proc = start(t.args, 0, t.env)
                 procs.append(proc)
-                wait_port(port)
-                time.sleep(1.5 if name == "gridroute" else 0.3)  # first poll and probe round
-                rows.append(measure(name, port, proc.pid, a.seconds, a.connections))
-                if name == "gridroute":
-                    print_paths(metrics_port)
-                proc.terminate()
-                proc.wait(15)
+                wait_port(t.port)
+                time.sleep(t.settle_s)
+                rows.append(measure(t.name, t.port, proc.pid, a.seconds, a.connections))
+                if t.metrics_port is not None:
+                    print_paths(t.metrics_port)
+                stop(proc)
         finally:
             for proc in procs:
-                if proc.poll() is None:
-                    proc.terminate()
-                    proc.wait(15)
+                stop(proc)
     report(rows, a)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def print_paths(metrics_port: int) -> None:
@@ -326,7 +436,7 @@ def report(rows: list[Row], a: argparse.Namespace) -> None:
             f"{r.name:<18}{r.rps:>9.0f}{cpu:>12}{ratio:>13}{r.p50_ms:>9.3f}{r.p99_ms:>9.3f}"
             f"{r.p50_ms - direct.p50_ms:>9.3f}{r.p99_ms - direct.p99_ms:>9.3f}{r.errors:>8}"
         )
-    g, n = by.get("gridroute"), by.get("nginx")
+    g, n, ll = by.get("gridroute"), by.get("nginx"), by.get("litellm")
     if g and base and g.cpu_us and base.cpu_us:
         print(
             f"\ngridroute / baseline: {g.rps / base.rps:.2f}x req/s, "
@@ -336,6 +446,11 @@ def report(rows: list[Row], a: argparse.Namespace) -> None:
         print(
             f"gridroute / nginx:    {g.rps / n.rps:.2f}x req/s, "
             f"{g.cpu_us / n.cpu_us:.1f}x CPU per request"
+        )
+    if g and ll and g.cpu_us and ll.cpu_us:
+        print(
+            f"gridroute / LiteLLM:  {g.rps / ll.rps:.1f}x req/s, "
+            f"{g.cpu_us / ll.cpu_us:.3f}x CPU per request"
         )
 
 

@@ -1,0 +1,129 @@
+"""`workers: N` scaling of the gateway (SO_REUSEPORT), measured side by side in one run.
+
+The same closed-loop load as bench_proxy.py (small chat completions; C keep-alive
+connections) against gridroute with 1 worker pinned to core 0, then with N workers
+allowed on cores 0..N-1. The fast backend and this load generator are pinned to the
+last core. Reported: requests/s, CPU per request (the gateway's whole process tree),
+the ratio to 1 worker, and how the kernel spread the requests over the workers (each
+worker's `grid_route_selections_total`, read from its metrics port, listen + i).
+
+On a machine with C cores the N-worker run can use at most C - 1 cores for itself plus
+what the backend and load generator leave of the last one; with 2 cores (this project's
+CI machines) the 2-worker run shares core 1 with them, so it shows spreading and flat
+CPU per request, not a 2x.
+
+    .venv/bin/python bench/bench_workers.py [--workers 2] [--seconds 5] [--connections 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench_proxy import (
+    HERE,
+    PY,
+    Row,
+    free_port,
+    gridroute_args,
+    measure,
+    start,
+    stop,
+    wait_port,
+)
+
+
+def served_by_worker(metrics_port: int, workers: int) -> list[float]:
+    """Requests each worker decided (sum of its `grid_route_selections_total`)."""
+    out = []
+    for i in range(workers):
+        url = f"http://127.0.0.1:{metrics_port + i}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        out.append(
+            sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("grid_route_selections_total{")
+            )
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--connections", type=int, default=64)
+    a = ap.parse_args()
+    cores = os.cpu_count() or 1
+    if cores < 2:
+        sys.exit("needs two cores: the gateway on one, backend and load on the other")
+    last = cores - 1
+    gw_cores = ",".join(str(c) for c in range(min(a.workers, cores)))
+    os.sched_setaffinity(0, {last})
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    print(
+        f"{cores} cores: backend + load generator on core {last}; 1 worker on core 0, "
+        f"{a.workers} workers on cores {gw_cores}",
+        flush=True,
+    )
+    if a.workers > cores - 1:
+        print(
+            f"note: {a.workers} workers need more than the {cores - 1} core(s) left beside "
+            f"the backend and load generator: the gateway shares core {last} with them",
+            flush=True,
+        )
+    rows: list[tuple[int, Row, list[float]]] = []
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        backend = free_port()
+        procs.append(start([PY, str(HERE / "proxy_backend.py"), str(backend)], last))
+        wait_port(backend)
+        try:
+            for workers, where in ((1, "0"), (a.workers, gw_cores)):
+                port, metrics = free_port(), free_port()
+                args = gridroute_args(tmp, port, backend, metrics, workers)
+                proc = start(args, where)
+                procs.append(proc)
+                wait_port(port)
+                for i in range(workers):
+                    wait_port(metrics + i)
+                time.sleep(1.5)  # first poll and probe round in every worker
+                row = measure(f"{workers} worker(s)", port, proc.pid, a.seconds, a.connections)
+                rows.append((workers, row, served_by_worker(metrics, workers)))
+                print(f"{row.name}: {row.rps:.0f} req/s, {row.cpu_us:.0f} us/req", flush=True)
+                stop(proc)
+        finally:
+            for proc in procs:
+                stop(proc)
+    one = rows[0][1]
+    print(f"\n{a.connections} connections, {a.seconds:.0f} s per run\n")
+    head = (
+        f"{'workers':>8}{'cores':>8}{'req/s':>9}{'vs 1':>7}{'CPU us/req':>12}"
+        f"{'p50 ms':>9}{'p99 ms':>9}  served per worker"
+    )
+    print(head + "\n" + "-" * (len(head) + 10))
+    for workers, r, served in rows:
+        total = sum(served) or 1.0
+        split = " / ".join(f"{s / total:.0%}" for s in served)
+        cpu = f"{r.cpu_us:.0f}" if r.cpu_us is not None else "-"
+        where = "0" if workers == 1 else gw_cores
+        print(
+            f"{workers:>8}{where:>8}{r.rps:>9.0f}{r.rps / one.rps:>6.2f}x{cpu:>12}"
+            f"{r.p50_ms:>9.3f}{r.p99_ms:>9.3f}  {split}"
+        )
+
+
+if __name__ == "__main__":
+    main()
