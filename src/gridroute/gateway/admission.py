@@ -15,7 +15,11 @@ from gridroute.gateway.live import LiveGrid
 
 
 async def admit(
-    live: LiveGrid, model: str, policy: Policy, exclude: frozenset[str] = frozenset()
+    live: LiveGrid,
+    model: str,
+    policy: Policy,
+    exclude: frozenset[str] = frozenset(),
+    affinity: str | None = None,
 ) -> tuple[Decision, Snapshot]:
     """Decide for a new request; wait in the admission queue while the answer is HOLD.
 
@@ -23,7 +27,7 @@ async def admit(
     (a retry decides on it again).
     """
     snap = live.snapshot
-    d = decide(snap, model, live.rng, policy, live.own.counts, exclude=exclude)
+    d = decide(snap, model, live.rng, policy, live.own.counts, affinity, exclude=exclude)
     if d.outcome is not Outcome.HOLD:
         return d, snap
     clock = live.clock
@@ -38,12 +42,13 @@ async def admit(
                 live.rng,
                 policy,
                 live.own.counts,
+                affinity,
                 can_hold=False,
                 exclude=exclude,
             )
             return d, snap
         await live.changes.wait(remaining)
         snap = live.snapshot
-        d = decide(snap, model, live.rng, policy, live.own.counts, exclude=exclude)
+        d = decide(snap, model, live.rng, policy, live.own.counts, affinity, exclude=exclude)
         if d.outcome is not Outcome.HOLD:
             return d, snap

@@ -155,6 +155,21 @@ class TracingConfig(_Frozen):
     """`service.name` resource attribute. Default: `gridroute-gateway`."""
 
 
+class AffinityConfig(_Frozen):
+    """Session affinity: requests of one session go back to the site that served it last
+    while that site is in the tier the pressure rules choose (its prefix cache keeps
+    paying off); they move when it is full, silent or down."""
+
+    header: str | None = "x-session-id"
+    """Request header whose value names the session. Default: `x-session-id`; null turns
+    affinity off. The value is never used as a metric label."""
+    ttl_s: float = Field(600.0, gt=0)
+    """A session idle this long is forgotten. Default: 600."""
+    max_entries: int = Field(100_000, ge=1)
+    """Sessions remembered per worker (least recently used forgotten first). Default:
+    100000."""
+
+
 class HealthConfig(_Frozen):
     """Active health probes of each backend."""
 
@@ -204,6 +219,8 @@ class GatewayConfig(_Frozen):
     """OpenTelemetry tracing. Default: off."""
     health: HealthConfig = HealthConfig()
     """Backend health probes. Default: on, every 3 s, up after 2, down after 3."""
+    affinity: AffinityConfig = AffinityConfig()
+    """Session affinity by a request header. Default: on, header `x-session-id`."""
     shutdown_grace_s: float = Field(30.0, ge=0)
     """On SIGTERM, how long in-flight requests may finish before they are cut. Default: 30."""
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from random import Random
 
 from gridroute.core import (
+    AffinityTable,
     AvailabilitySettings,
     GridState,
     Health,
@@ -93,6 +94,8 @@ class LiveGrid:
         self.clock = clock
         self.rng = rng or Random()
         self.own = OwnLoad()
+        self.affinity = AffinityTable()
+        """Session -> key that served it last (gateway config `affinity`)."""
         self.changes = Changes()
         self.state = GridState(routing.candidates, settings, routing.models)
         self.health: dict[str, Health] = {}

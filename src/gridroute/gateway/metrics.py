@@ -127,6 +127,14 @@ class GatewayMetrics:
             ["result"],
             registry=r,
         )
+        self._affinity = Counter(
+            "grid_route_session_affinity_total",
+            "Requests naming a session: hit (went back to the site that served it), moved "
+            "(that site was not in the chosen tier) or new (no site remembered).",
+            ["outcome"],
+            registry=r,
+        )
+        self._aff = {o: self._affinity.labels(o) for o in ("hit", "moved", "new")}
         self._sel: dict[str, Counter] = {}
         self._dec: dict[tuple[str, str], Counter] = {}
         self._ret: dict[tuple[str, str], Counter] = {}
@@ -147,6 +155,15 @@ class GatewayMetrics:
             self._decision_inc(d.view.site, _ROUTED_REASON.get(d.path, "routed"))
         for site, reason in d.refused:
             self._decision_inc(site, reason)
+
+    def affinity(self, preferred: str | None, d: Decision) -> None:
+        """Count one request that named a session, by whether its preference held."""
+        if preferred is None:
+            self._aff["new"].inc()
+        elif d.view is not None and d.view.key == preferred:
+            self._aff["hit"].inc()
+        else:
+            self._aff["moved"].inc()
 
     def _decision_inc(self, site: str, reason: str) -> None:
         key = (site, reason)

@@ -164,8 +164,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
     site = ""
     status = 0
     attempts = 0
+    session = request.headers.get(gw.affinity_header) if gw.affinity_header else None
+    preferred = live.affinity.get(session, t0) if session else None
     try:
-        d, snap = await admit(live, model, policy)
+        d, snap = await admit(live, model, policy, affinity=preferred)
+        if session:
+            gw.metrics.affinity(preferred, d)
         fwd = forward_headers(request)
         path_qs = request.raw_path
         tried: frozenset[str] = frozenset()
@@ -185,6 +189,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
                     gw, request, view, path_qs, body, fwd, model, policy, snap, tried
                 )
                 status = resp.status
+                if session and status < 500:
+                    live.affinity.put(session, view.key, clock())
                 return resp
             except _Retry as r:
                 tried = tried | {view.key}

@@ -18,6 +18,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gridroute.core import AffinityTable
 from gridroute.gateway.backends import Backends, ssl_context
 from gridroute.gateway.config import ConfigError, GatewayConfig, OperatorConfig, load_config
 from gridroute.gateway.health import HealthProber
@@ -83,6 +84,8 @@ class Gateway:
         self.config_path = config_path
         self.routing = build_routing(cfg)
         self.live = LiveGrid(self.routing, cfg.availability)
+        self.live.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
+        self.affinity_header = cfg.affinity.header
         self.backends = Backends()
         self.metrics = GatewayMetrics(registry)
         self.metrics.watch(lambda: self.live)
@@ -152,6 +155,9 @@ class Gateway:
         self.routing = routing
         self.live.reconfigure(self.routing, cfg.availability)
         self.max_body = cfg.limits.max_body_bytes
+        if cfg.affinity != old.affinity:
+            self.live.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
+            self.affinity_header = cfg.affinity.header
         self.prober.cfg = cfg.health
         if cfg.tracing != old.tracing:
             self.tracer = make_tracer(cfg.tracing)
