@@ -23,8 +23,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 
+# The in-process benchmarks; the proxy ones (bench_proxy, bench_sse, bench_workers) pin
+# processes to cores and install nginx/LiteLLM, so they are run by hand (BENCHMARKS.md).
 bench: $(STAMP)
 	$(BIN)/python bench/bench_select.py
+	$(BIN)/python bench/bench_signals.py
+	$(BIN)/python bench/bench_sim.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
