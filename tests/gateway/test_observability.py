@@ -143,6 +143,8 @@ def test_refusal_transitions_log_once(caplog: pytest.LogCaptureFixture) -> None:
 
             from gridroute.core import Sample
 
+            clock = [1000.0]
+            g.gw.refusals.clock = lambda: clock[0]
             t = time.time()
             g.gw.live.refresh([Sample("a", "a", t, running=0, ready=0.0)], {"a": t}, t)
             client = g.client()
@@ -150,6 +152,10 @@ def test_refusal_transitions_log_once(caplog: pytest.LogCaptureFixture) -> None:
                 with pytest.raises(Exception):  # noqa: B017 - 503, checked elsewhere
                     await client.chat.completions.create(model=MODEL, messages=CHAT)
             g.feed({"a": (0.0, 0.0, 8.0)})
+            await client.chat.completions.create(model=MODEL, messages=CHAT)
+            # Within the hold after the last refusal the model still reads no_site ...
+            assert g.gw.refusals.current() == {MODEL: "no_site"}
+            clock[0] += 10.0  # ... and once it has passed, routed (logged at the next request)
             for _ in range(5):
                 await client.chat.completions.create(model=MODEL, messages=CHAT)
 
@@ -157,6 +163,31 @@ def test_refusal_transitions_log_once(caplog: pytest.LogCaptureFixture) -> None:
         run(scenario)
     lines = [r.getMessage() for r in caplog.records if "model m" in r.getMessage()]
     assert lines == ["model m: start -> no_site", "model m: no_site -> routed"]
+
+
+def test_alternating_shed_and_routed_requests_log_one_line_and_raise_the_gauge() -> None:
+    """gridroute past capacity sheds request by request: one transition line, gauge 1."""
+    from gridroute.core import Outcome
+    from gridroute.gateway.refusals import RefusalLog
+
+    clock = [0.0]
+    log_ = RefusalLog(hold_s=5.0, clock=lambda: clock[0])
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda r: records.append(r.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("gridroute.gateway")
+    logger.addHandler(handler)
+    try:
+        for i in range(100):
+            clock[0] = i * 0.01
+            log_.note("m", Outcome.SHED if i % 3 == 0 else Outcome.ROUTE)
+        assert log_.shedding("m")
+        clock[0] = 20.0
+        log_.note("m", Outcome.ROUTE)
+        assert not log_.shedding("m")
+    finally:
+        logger.removeHandler(handler)
+    assert records == ["model m: start -> shed", "model m: shed -> routed"]
 
 
 def test_rho_gauges_and_status_read_the_core_formulas() -> None:

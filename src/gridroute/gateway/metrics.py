@@ -34,8 +34,11 @@ def _num(value: float | None) -> float:
 class GridCollector(Collector):
     """Per-site gauges `{site,cluster}` and `grid_route_shedding{model}`, read at scrape."""
 
-    def __init__(self, live: Callable[[], LiveGrid]) -> None:
+    def __init__(
+        self, live: Callable[[], LiveGrid], shedding: Callable[[str], bool] | None = None
+    ) -> None:
         self._live = live
+        self._shedding = shedding
         self._seen: set[tuple[str, str]] = set()
         self._models: set[str] = set()
 
@@ -89,7 +92,10 @@ class GridCollector(Collector):
         )
         self._models |= set(live.routing.policies)
         for model in sorted(self._models):
-            shed.add_metric([model], 1.0 if model in snap.shedding else 0.0)
+            now_shed = model in snap.shedding or (
+                self._shedding is not None and self._shedding(model)
+            )
+            shed.add_metric([model], 1.0 if now_shed else 0.0)
         yield shed
 
 
@@ -140,9 +146,12 @@ class GatewayMetrics:
         self._ret: dict[tuple[str, str], Counter] = {}
         self._dur: dict[tuple[str, int], Histogram] = {}
 
-    def watch(self, live: Callable[[], LiveGrid]) -> None:
-        """Register the scrape-time per-site gauges of the (current) live grid."""
-        self.registry.register(GridCollector(live))
+    def watch(
+        self, live: Callable[[], LiveGrid], shedding: Callable[[str], bool] | None = None
+    ) -> None:
+        """Register the scrape-time per-site gauges of the (current) live grid;
+        `shedding(model)` says whether the model refused requests recently."""
+        self.registry.register(GridCollector(live, shedding))
 
     def decision(self, d: Decision) -> None:
         """Count one decision: its path, the routed site, and every refused candidate."""

@@ -88,9 +88,9 @@ class Gateway:
         self.affinity_header = cfg.affinity.header
         self.backends = Backends()
         self.metrics = GatewayMetrics(registry)
-        self.metrics.watch(lambda: self.live)
-        self.poll_metrics = PollMetrics(self.metrics.registry)
         self.refusals = RefusalLog()
+        self.metrics.watch(lambda: self.live, self.refusals.shedding)
+        self.poll_metrics = PollMetrics(self.metrics.registry)
         self.tracer = tracer if tracer is not None else make_tracer(cfg.tracing)
         self.max_body = cfg.limits.max_body_bytes
         self.draining = False

@@ -91,7 +91,7 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
     models = {
         m: {
             "policy": p.value,
-            "shedding": m in snap.shedding,
+            "shedding": m in snap.shedding or classes.get(m) == "shed",
             "state": classes.get(m, "routed"),
         }
         for m, p in live.routing.policies.items()
