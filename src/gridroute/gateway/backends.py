@@ -53,6 +53,23 @@ def request_class() -> tuple[type[aiohttp.ClientRequest], frozenset[str] | None]
 
 _REQUEST_CLASS, _SESSION_SKIP = request_class()
 
+_BODY_HEADERS: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/octet-stream"})
+"""A body payload's own headers: aiohttp requires some, and skips this one (in the skip
+table), so the client's `Content-Type`, or none, goes upstream."""
+
+
+class PassThroughBody(aiohttp.BytesPayload):
+    """The client's body, as the request payload, built without aiohttp's per-request
+    work: `data=bytes` looks the type up in the payload registry and builds a header
+    table for every request (about 3 % of the gateway's samples on small requests)."""
+
+    def __init__(self, value: bytes) -> None:  # no super().__init__: see above
+        self._value = value
+        self._size = len(value)
+        self._encoding = None
+        self._filename = None
+        self._headers = _BODY_HEADERS
+
 
 def ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | bool:
     """An SSL context for `tls` (client certificate for mutual TLS), or default verification."""

@@ -28,6 +28,7 @@ from multidict import CIMultiDict
 
 from gridroute.core import Decision, Outcome, Policy, SiteView, Snapshot, decide
 from gridroute.gateway.admission import admit
+from gridroute.gateway.backends import PassThroughBody
 from gridroute.gateway.runtime import GATEWAY, Gateway
 from gridroute.wire import openai_errors as errs
 
@@ -90,13 +91,14 @@ def forward_headers(request: web.Request) -> list[tuple[str, str]]:
 def response_headers(up: aiohttp.ClientResponse, view: SiteView) -> CIMultiDict[str]:
     """The backend's headers minus hop-by-hop ones, with this gateway's `x-grid-*`."""
     h: CIMultiDict[str] = CIMultiDict()
+    add = h.add
     for k, v in up.headers.items():
         lk = k.lower()
         if lk in _HOP_BY_HOP or lk.startswith("x-grid-"):
             continue
-        h.add(k, v)
-    h["x-grid-site"] = view.site
-    h["x-grid-backend"] = view.provider
+        add(k, v)
+    add("x-grid-site", view.site)  # add, not set: every x-grid-* was dropped above
+    add("x-grid-backend", view.provider)
     return h
 
 
@@ -242,7 +244,7 @@ async def _attempt(
             up = await backend.session.request(
                 request.method,
                 backend.url(path_qs),
-                data=body,
+                data=PassThroughBody(body),
                 headers=fwd,
                 server_hostname=backend.server_hostname,
             )
@@ -337,8 +339,14 @@ async def _relay(
     )
     if up.content_length is not None and "Transfer-Encoding" not in up.headers:
         resp.content_length = up.content_length
-    await resp.prepare(request)
     content = up.content
+    if content.is_eof() and content.exception() is None:
+        # The whole body came with the headers (a small non-streamed answer): one
+        # write of headers and body, no read timer, no relay loop.
+        await resp.prepare(request)
+        await resp.write_eof(content.read_nowait())
+        return resp
+    await resp.prepare(request)
     silence: _Silence | None = None
     conn = up.connection
     protocol = conn.protocol if conn is not None else None

@@ -46,6 +46,13 @@ def _install_uvloop() -> str:
     return "uvloop"
 
 
+def _say(line: str) -> None:
+    """One line on stdout in one write: `print` writes the text and the newline
+    separately when unbuffered, and N workers' lines then interleave."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 async def run_worker(
     cfg: GatewayConfig, config_path: Path | None, index: int = 0, port: int | None = None
 ) -> None:
@@ -84,10 +91,10 @@ async def run_worker(
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     for addr in runner.addresses:
-        print(f"listening on http://{addr[0]}:{addr[1]}", flush=True)
+        _say(f"listening on http://{addr[0]}:{addr[1]}")
     if metrics_runner is not None:
         for addr in metrics_runner.addresses:
-            print(f"metrics on http://{addr[0]}:{addr[1]}/metrics", flush=True)
+            _say(f"metrics on http://{addr[0]}:{addr[1]}/metrics")
     await stop.wait()
     log.warning("shutting down: draining in-flight requests for up to %ss", cfg.shutdown_grace_s)
     gw.draining = True
