@@ -119,7 +119,11 @@ async def read_model(request: web.Request, limit: int) -> tuple[bytes, str] | we
     if length is not None and length > limit:
         return error_response(413, errs.TOO_LARGE)
     if length is not None:
-        body = await request.read()
+        content = request.content
+        if content.is_eof() and content.exception() is None:
+            body = content.read_nowait()  # all here already: no read loop, no copy
+        else:
+            body = await request.read()
     else:  # chunked: count as it arrives, stop at the limit
         buf = bytearray()
         async for chunk in request.content.iter_any():
