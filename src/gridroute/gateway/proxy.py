@@ -24,7 +24,6 @@ import json
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 
 from gridroute.core import Decision, Outcome, Policy, SiteView, Snapshot, decide
 from gridroute.gateway.admission import admit
@@ -86,20 +85,6 @@ def forward_headers(request: web.Request) -> list[tuple[str, str]]:
             continue
         out.append((k, v))
     return out
-
-
-def response_headers(up: aiohttp.ClientResponse, view: SiteView) -> CIMultiDict[str]:
-    """The backend's headers minus hop-by-hop ones, with this gateway's `x-grid-*`."""
-    h: CIMultiDict[str] = CIMultiDict()
-    add = h.add
-    for k, v in up.headers.items():
-        lk = k.lower()
-        if lk in _HOP_BY_HOP or lk.startswith("x-grid-"):
-            continue
-        add(k, v)
-    add("x-grid-site", view.site)  # add, not set: every x-grid-* was dropped above
-    add("x-grid-backend", view.provider)
-    return h
 
 
 def refuse(d: Decision) -> web.Response:
@@ -324,6 +309,32 @@ class _Silence:
         self._handle.cancel()
 
 
+class _Answer(web.StreamResponse):
+    """A relayed answer: its headers wait in the writer for the body's first bytes, so
+    headers and a body already here leave in one write (aiohttp's `StreamResponse`
+    writes them on `prepare`, which costs a second send). `_relay` flushes them at once
+    when no body byte is here yet, so a client still learns the status right away."""
+
+    _send_headers_immediately = False
+
+
+def _fill_headers(resp: web.StreamResponse, up: aiohttp.ClientResponse, view: SiteView) -> None:
+    """The backend's headers minus hop-by-hop ones, with this gateway's `x-grid-*`,
+    written into `resp`'s own table (a table passed to `StreamResponse` is copied)."""
+    add = resp.headers.add
+    chunked = False
+    for k, v in up.headers.items():
+        lk = k.lower()
+        if lk in _HOP_BY_HOP or lk.startswith("x-grid-"):
+            chunked = chunked or lk == "transfer-encoding"
+            continue
+        add(k, v)
+    add("x-grid-site", view.site)
+    add("x-grid-backend", view.provider)
+    if up.content_length is not None and not chunked:
+        resp.content_length = up.content_length
+
+
 async def _relay(
     request: web.Request,
     up: aiohttp.ClientResponse,
@@ -338,11 +349,8 @@ async def _relay(
     mid-body, or stays silent for `read_timeout_s`, cuts the client connection: a
     truncated answer must not look complete.
     """
-    resp = web.StreamResponse(
-        status=up.status, reason=up.reason, headers=response_headers(up, view)
-    )
-    if up.content_length is not None and "Transfer-Encoding" not in up.headers:
-        resp.content_length = up.content_length
+    resp = _Answer(status=up.status, reason=up.reason)
+    _fill_headers(resp, up, view)
     content = up.content
     if content.is_eof() and content.exception() is None:
         # The whole body came with the headers (a small non-streamed answer): one
@@ -350,7 +358,7 @@ async def _relay(
         await resp.prepare(request)
         await resp.write_eof(content.read_nowait())
         return resp
-    await resp.prepare(request)
+    await resp.prepare(request)  # the headers wait for the first bytes (or the flush below)
     silence: _Silence | None = None
     conn = up.connection
     protocol = conn.protocol if conn is not None else None
@@ -358,28 +366,21 @@ async def _relay(
     if read_timeout_s is not None and protocol is not None:
         protocol.read_timeout = None  # from here on: the lazy timer, not one per chunk
         silence = _Silence(loop, read_timeout_s, content)
+    now = loop.time
     last = b""  # the body's final piece goes out with the end (one write, not two)
     try:
-        if silence is None:
-            while True:
-                chunk = await content.readany()
-                if not chunk:
-                    break
-                if content.at_eof():
-                    last = chunk
-                    break
-                await resp.write(chunk)
-        else:
-            now = loop.time
-            while True:
-                chunk = await content.readany()
-                if not chunk:
-                    break
+        chunk = content.read_nowait()  # what came with the headers leaves with them
+        if not chunk:
+            await resp.write(b"")  # nothing yet: the headers go now
+            chunk = await content.readany()
+        while chunk:
+            if silence is not None:
                 silence.last = now()
-                if content.at_eof():
-                    last = chunk
-                    break
-                await resp.write(chunk)
+            if content.at_eof():
+                last = chunk
+                break
+            await resp.write(chunk)
+            chunk = await content.readany()
     except (TimeoutError, aiohttp.ClientError):
         # Cut the client connection: aiohttp then skips the final chunk, so the client
         # sees a truncated answer rather than a complete-looking one. No traceback: a
