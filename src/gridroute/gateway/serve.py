@@ -28,6 +28,7 @@ from aiohttp import web
 from gridroute.gateway.app import create_app, create_metrics_app
 from gridroute.gateway.config import GatewayConfig, load_config
 from gridroute.gateway.runtime import Gateway
+from gridroute.logs import setup_logging
 
 log = logging.getLogger("gridroute.gateway")
 
@@ -120,7 +121,7 @@ def _freeze_startup_heap() -> None:
 
 def serve(config_path: Path) -> int:
     """Entry point of `gridroute gateway`; returns the exit status."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging(logging.INFO)
     cfg = load_config(config_path)
     _freeze_startup_heap()
     if cfg.workers == 1:

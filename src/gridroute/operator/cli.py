@@ -20,12 +20,12 @@ def operator_command(
 ) -> None:
     """Run a site operator: scrape providers, poll peers, serve /signals."""
     import asyncio
-    import logging
 
+    from gridroute.logs import setup_logging
     from gridroute.operator.config import ConfigError, load_config
     from gridroute.operator.service import Operator
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    setup_logging(log_level)
     try:
         cfg = load_config(config)
     except ConfigError as exc:
