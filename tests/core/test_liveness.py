@@ -72,7 +72,7 @@ def test_two_new_samples_with_a_full_window_between_do_not_bring_it_back() -> No
 
 
 def test_one_poll_carrying_many_samples_counts_once() -> None:
-    st = Liveness(Live.SILENT, 1.0, 1.0)
+    st = Liveness(Live.SILENT, 1.0)
     st = step(st, 20.0, 20.0, W)  # one refresh, newest sample 20.0 (however many it carried)
     assert st.state is Live.RETURNING
 

@@ -50,30 +50,23 @@ TRANSITIONS: dict[tuple[Live, Event], Live] = {
 class Liveness:
     state: Live
     newest_at: float
-    """Newest sample time seen."""
-    new_at: float
-    """When (judgement clock) the last new sample arrived; for the no-full-window rule."""
-
-    @property
-    def routable(self) -> bool:
-        """Silent and returning sites take no request while a live site serves the model."""
-        return self.state is Live.LIVE
+    """Newest sample time seen (the no-full-window rule measures gaps between these)."""
 
 
 def first_seen(sampled_at: float, judge_at: float | None, window_s: float) -> Liveness:
     """A site seen for the first time is live if fresh (or unjudged), silent if stale."""
     stale = judge_at is not None and judge_at - sampled_at > window_s
-    return Liveness(Live.SILENT if stale else Live.LIVE, sampled_at, sampled_at)
+    return Liveness(Live.SILENT if stale else Live.LIVE, sampled_at)
 
 
 def step(prior: Liveness, sampled_at: float, judge_at: float | None, window_s: float) -> Liveness:
     """Advance one refresh: fold in a new sample (if any), then judge (if judgeable)."""
-    state, newest, new_at = prior.state, prior.newest_at, prior.new_at
+    state, newest = prior.state, prior.newest_at
     if sampled_at > newest:
         gap = sampled_at - prior.newest_at
         event = Event.NEW_SAMPLE_AFTER_GAP if gap > window_s else Event.NEW_SAMPLE
         state = TRANSITIONS[(state, event)]
-        newest, new_at = sampled_at, sampled_at
+        newest = sampled_at
     if judge_at is not None and judge_at - newest > window_s:
         state = TRANSITIONS[(state, Event.STALE)]
-    return Liveness(state, newest, new_at)
+    return Liveness(state, newest)

@@ -26,7 +26,7 @@ fair share of each site's free room, and can hold requests in an admission queue
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from random import Random
 
@@ -306,7 +306,6 @@ def _in_room(
 
 def _without(plan: ModelPlan, exclude: frozenset[str]) -> ModelPlan:
     """The plan minus already-tried keys (retries go elsewhere when anything else exists)."""
-    from dataclasses import replace
 
     def keep(group: tuple[SiteView, ...]) -> tuple[SiteView, ...]:
         return tuple(v for v in group if v.key not in exclude)

@@ -35,7 +35,6 @@ class SiteView:
     room_ceiling: float
     """The ceiling lowered to where KV usage would reach `kv_full` (see
     `ceiling.kv_bounded`): what counted rho, pick rho and fair-share room read against."""
-    congested: bool
     full: bool
     """At its ceiling with work waiting for at least full_after_ms ("marked full")."""
     relieved: bool

@@ -25,8 +25,6 @@ class Reading:
     """Worst per-instant in-flight in the look-back window; None without running series."""
     latest_in_flight: float | None
     """In-flight of the newest sample alone (for the gateway's own-count correction)."""
-    running: float | None
-    """Worst running total (running per endpoint x ready) in the window."""
     queued: float | None
     """Worst per-endpoint queue in the window; None when the site publishes no queue."""
     held: float | None
@@ -44,10 +42,6 @@ class Reading:
     generation: int | None
     unready: bool
     """The newest sample's ready endpoints is < 1."""
-    queue_free: bool
-    """The newest sample has nothing waiting anywhere (may teach a ceiling)."""
-    newest_teach: float | None
-    """In-flight of the newest sample when it may teach (queue-free), else None."""
 
 
 def _worst(values: Iterable[float | None]) -> float | None:
@@ -103,7 +97,6 @@ class SampleWindow:
             sampled_at=newest.at,
             in_flight=_worst(s.in_flight for s in window),
             latest_in_flight=newest.in_flight,
-            running=_worst(s.running_total for s in window),
             queued=_worst(s.waiting for s in window),
             held=_worst(s.held for s in window),
             deepest_queue=_worst(s.deepest_queue for s in window),
@@ -114,6 +107,4 @@ class SampleWindow:
             capacity=newest.capacity,
             generation=newest.generation,
             unready=newest.ready is not None and newest.ready < 1.0,
-            queue_free=newest.queue_free(),
-            newest_teach=newest.in_flight if newest.queue_free() else None,
         )
