@@ -16,12 +16,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
-
 from gridroute.core import Health
 from gridroute.gateway.backends import Backend, Backends
 from gridroute.gateway.config import HealthConfig
 from gridroute.gateway.live import LiveGrid
+from gridroute.gateway.upstream import UpstreamError
 
 log = logging.getLogger("gridroute.gateway")
 
@@ -60,18 +59,21 @@ class HealthProber:
         self.rounds = 0
 
     async def _probe(self, backend: Backend) -> tuple[bool, str | None]:
-        url = backend.url(backend.spec.health_path)
-        timeout = aiohttp.ClientTimeout(total=self.cfg.timeout_s)
+        pool = backend.pool
+        resp = None
         try:
-            async with backend.session.get(
-                url, timeout=timeout, server_hostname=backend.server_hostname
-            ) as resp:
-                await resp.read()
-                if resp.status < 500:
-                    return True, None
-                return False, f"HTTP {resp.status}"
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            return False, f"{type(exc).__name__}: {exc}"
+            async with asyncio.timeout(self.cfg.timeout_s):
+                resp = await pool.request("GET", backend.spec.health_path, [], b"")
+                while await resp.readany():
+                    pass
+            if resp.status < 500:
+                return True, None
+            return False, f"HTTP {resp.status}"
+        except (UpstreamError, TimeoutError) as exc:
+            return False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        finally:
+            if resp is not None:
+                resp.release()
 
     async def probe_round(self) -> None:
         """Probe every backend once and publish the verdicts."""

@@ -19,15 +19,13 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 
 from __future__ import annotations
 
-import asyncio
 import json
 
-import aiohttp
 from aiohttp import web
 
 from gridroute.core import Decision, Outcome, Policy, SiteView, Snapshot, decide
+from gridroute.gateway import upstream
 from gridroute.gateway.admission import admit
-from gridroute.gateway.backends import PassThroughBody
 from gridroute.gateway.runtime import GATEWAY, Gateway
 from gridroute.wire import openai_errors as errs
 
@@ -49,11 +47,7 @@ _HOP_BY_HOP = frozenset(
     }
 )
 _RETRY_STATUS = frozenset({429, 503})
-_CONNECT_FAILURES = (
-    aiohttp.ClientOSError,  # connect refused/unreachable, and resets before the answer
-    aiohttp.ConnectionTimeoutError,
-    aiohttp.ServerDisconnectedError,
-)
+_BEFORE_ANSWER = (upstream.ConnectFailed, upstream.ConnectTimeout, upstream.Disconnected)
 """Failures before the backend answered anything: retried once elsewhere. Besides
 connect errors and connect timeouts (a partitioned site), this includes a pooled
 keep-alive connection reset or closed before the answer's headers, which is what a
@@ -226,28 +220,22 @@ async def _attempt(
     own = live.own
     own.start(key, live.clock())
     try:
-        if backend is None:
-            # The config was reloaded between the decision and now: treat as unreachable.
-            raise aiohttp.ClientConnectorError  # type: ignore[call-arg]
         try:
-            up = await backend.session.request(
-                request.method,
-                backend.url(path_qs),
-                data=PassThroughBody(body),
-                headers=fwd,
-                server_hostname=backend.server_hostname,
-            )
-        except _CONNECT_FAILURES as exc:
+            if backend is None:
+                # The config was reloaded between the decision and now: unreachable.
+                raise upstream.ConnectFailed("the site left the config")
+            up = await backend.pool.request(request.method, path_qs, fwd, body)
+        except _BEFORE_ANSWER as exc:
             nxt = _next(gw, snap, model, policy, tried | {key}) if may_retry else None
             if nxt is not None:
-                gw.metrics.retry(view.site, _failure_reason(exc))
+                gw.metrics.retry(view.site, upstream.describe(exc))
                 raise _Retry(nxt) from exc
-            if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            if isinstance(exc, upstream.ConnectTimeout):
                 return error_response(504, errs.UPSTREAM_TIMEOUT)
             return error_response(502, errs.UPSTREAM_FAILED)
-        except aiohttp.SocketTimeoutError:
+        except upstream.ReadTimeout:
             return error_response(504, errs.UPSTREAM_TIMEOUT)
-        except aiohttp.ClientError:
+        except upstream.UpstreamError:
             return error_response(502, errs.UPSTREAM_FAILED)
         try:
             if up.status in _RETRY_STATUS and may_retry:
@@ -255,58 +243,12 @@ async def _attempt(
                 if nxt is not None:
                     gw.metrics.retry(view.site, f"status_{up.status}")
                     raise _Retry(nxt)
-            return await _relay(request, up, view, backend.spec.read_timeout_s)
+            return await _relay(request, up, view)
         finally:
             up.release()
     finally:
         own.end(key, live.clock())
         live.changes.wake()
-
-
-def _failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return "connect_timeout"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "disconnected"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return "connect_failed"
-    return "reset"
-
-
-class _Silence:
-    """`timeouts.read_timeout_s` between the chunks of one relayed body, as one lazy timer.
-
-    aiohttp's own `sock_read` re-arms a timer (cancel + `call_later`) on every chunk
-    received: at 1,000 slow streams x 20 chunks/s that is measurable CPU and a steady
-    flow of short-lived timer objects for the garbage collector. Here a chunk only stores
-    the loop time; the timer fires at most once per `timeout_s` and re-arms itself for
-    what is left. On silence it fails the body's reader with aiohttp's own
-    `SocketTimeoutError`, so the relay ends exactly as before. (The wait for the
-    answer's headers keeps aiohttp's `sock_read`: one timer per request.)
-    """
-
-    __slots__ = ("_content", "_handle", "_loop", "_timeout_s", "last")
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, timeout_s: float, content: aiohttp.StreamReader
-    ) -> None:
-        self._loop = loop
-        self._timeout_s = timeout_s
-        self._content = content
-        self.last = loop.time()
-        self._handle = loop.call_at(self.last + timeout_s, self._check)
-
-    def _check(self) -> None:
-        due = self.last + self._timeout_s
-        if self._loop.time() < due:
-            self._handle = self._loop.call_at(due, self._check)
-            return
-        self._content.set_exception(
-            aiohttp.SocketTimeoutError(f"no data from the backend for {self._timeout_s} s")
-        )
-
-    def cancel(self) -> None:
-        self._handle.cancel()
 
 
 class _Answer(web.StreamResponse):
@@ -318,70 +260,52 @@ class _Answer(web.StreamResponse):
     _send_headers_immediately = False
 
 
-def _fill_headers(resp: web.StreamResponse, up: aiohttp.ClientResponse, view: SiteView) -> None:
+def _fill_headers(resp: web.StreamResponse, up: upstream.Response, view: SiteView) -> None:
     """The backend's headers minus hop-by-hop ones, with this gateway's `x-grid-*`,
     written into `resp`'s own table (a table passed to `StreamResponse` is copied)."""
     add = resp.headers.add
-    chunked = False
-    for k, v in up.headers.items():
+    for k, v in up.headers:
         lk = k.lower()
         if lk in _HOP_BY_HOP or lk.startswith("x-grid-"):
-            chunked = chunked or lk == "transfer-encoding"
             continue
         add(k, v)
     add("x-grid-site", view.site)
     add("x-grid-backend", view.provider)
-    if up.content_length is not None and not chunked:
+    if up.content_length is not None and not up.chunked:
         resp.content_length = up.content_length
 
 
-async def _relay(
-    request: web.Request,
-    up: aiohttp.ClientResponse,
-    view: SiteView,
-    read_timeout_s: float | None = None,
-) -> web.StreamResponse:
+async def _relay(request: web.Request, up: upstream.Response, view: SiteView) -> web.StreamResponse:
     """Status, headers and body of the backend's answer, chunk by chunk, with backpressure.
 
     `resp.write` waits for the client's socket to drain past aiohttp's high-water mark,
     and `readany` reads from a bounded buffer that pauses the backend socket, so a slow
     client slows its backend stream instead of filling memory. A backend that fails
-    mid-body, or stays silent for `read_timeout_s`, cuts the client connection: a
-    truncated answer must not look complete.
+    mid-body, or stays silent for `read_timeout_s` (the pool's lazy timer), cuts the
+    client connection: a truncated answer must not look complete.
     """
     resp = _Answer(status=up.status, reason=up.reason)
     _fill_headers(resp, up, view)
-    content = up.content
-    if content.is_eof() and content.exception() is None:
+    if up.is_eof():
         # The whole body came with the headers (a small non-streamed answer): one
-        # write of headers and body, no read timer, no relay loop.
+        # write of headers and body, no relay loop.
         await resp.prepare(request)
-        await resp.write_eof(content.read_nowait())
+        await resp.write_eof(up.read_nowait())
         return resp
     await resp.prepare(request)  # the headers wait for the first bytes (or the flush below)
-    silence: _Silence | None = None
-    conn = up.connection
-    protocol = conn.protocol if conn is not None else None
-    loop = asyncio.get_running_loop()
-    if read_timeout_s is not None and protocol is not None:
-        protocol.read_timeout = None  # from here on: the lazy timer, not one per chunk
-        silence = _Silence(loop, read_timeout_s, content)
-    now = loop.time
     last = b""  # the body's final piece goes out with the end (one write, not two)
     try:
-        chunk = content.read_nowait()  # what came with the headers leaves with them
+        chunk = up.read_nowait()  # what came with the headers leaves with them
         if not chunk:
             await resp.write(b"")  # nothing yet: the headers go now
-            chunk = await content.readany()
+            chunk = await up.readany()
         while chunk:
-            if silence is not None:
-                silence.last = now()
-            if content.at_eof():
+            if up.at_eof():
                 last = chunk
                 break
             await resp.write(chunk)
-            chunk = await content.readany()
-    except (TimeoutError, aiohttp.ClientError):
+            chunk = await up.readany()
+    except upstream.UpstreamError:
         # Cut the client connection: aiohttp then skips the final chunk, so the client
         # sees a truncated answer rather than a complete-looking one. No traceback: a
         # backend dying mid-stream is an event (counted by status class), not a bug.
@@ -389,8 +313,5 @@ async def _relay(
         if transport is not None:
             transport.abort()
         return resp
-    finally:
-        if silence is not None:
-            silence.cancel()
     await resp.write_eof(last)
     return resp

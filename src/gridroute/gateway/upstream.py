@@ -1,0 +1,559 @@
+"""A lean HTTP/1.1 client for the request path: one keep-alive pool per backend.
+
+Why not aiohttp's client here: profiled under load, aiohttp's `ClientSession` (request
+building, connector, timers, response objects) was about a third of the gateway's CPU
+per request, more than the routing decision and the server side together. A proxy
+needs little of it: write one request (head and body in one send), get the status,
+headers and body as they arrive with backpressure, reuse keep-alive connections,
+bound the connect and each silence, speak (mutual) TLS. Parsing is `httptools` (llhttp,
+the parser uvicorn uses); this module is the pool, the flow control and the timers.
+
+Errors are this module's own (`UpstreamError` and subclasses), split by what the
+gateway does with them: before the answer's headers (`ConnectFailed`, `ConnectTimeout`,
+`Disconnected`) a request may be retried elsewhere; a `ReadTimeout` is a 504; a
+`BodyError` after the headers cuts the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from urllib.parse import urlsplit
+
+import httptools
+
+HIGH_WATER = 64 * 1024
+"""Body bytes buffered before the backend socket is paused (backpressure)."""
+LOW_WATER = 16 * 1024
+"""Buffered bytes below which a paused backend socket is resumed."""
+KEEPALIVE_S = 30.0
+"""An idle pooled connection older than this is closed rather than reused (servers
+close theirs too: uvicorn after 5 s; a closed one leaves the pool when it closes)."""
+
+
+class UpstreamError(Exception):
+    """Any failure talking to a backend."""
+
+
+class ConnectFailed(UpstreamError):
+    """Could not connect: refused, unreachable, or the TLS handshake failed."""
+
+
+class ConnectTimeout(UpstreamError):
+    """No connection within the backend's `connect_timeout_s`."""
+
+
+class Disconnected(UpstreamError):
+    """The connection closed before the answer's headers: what a backend going away
+    (or a keep-alive connection it closed as the request left) looks like."""
+
+
+class Reset(Disconnected):
+    """The connection was reset (not closed cleanly) before the answer's headers."""
+
+
+class ReadTimeout(UpstreamError):
+    """The backend stayed silent for `read_timeout_s` (before the headers, or between
+    two pieces of the body)."""
+
+
+class BodyError(UpstreamError):
+    """The answer broke after its headers: cut short or malformed."""
+
+
+class Response:
+    """One answer: status and headers once they are in, then the body as it arrives.
+
+    The body is read with `read_nowait` / `readany` (a bounded buffer: past
+    `HIGH_WATER` the backend socket is paused until the reader catches up), and must
+    be followed by `release`, which puts the connection back in its pool when the
+    answer was complete and the server keeps it alive, and closes it otherwise (so an
+    abandoned stream stops its backend generating).
+    """
+
+    __slots__ = (
+        "_buf",
+        "_conn",
+        "_exc",
+        "_headers_done",
+        "_paused",
+        "_size",
+        "_waiter",
+        "chunked",
+        "complete",
+        "content_length",
+        "headers",
+        "keep_alive",
+        "reason",
+        "status",
+    )
+
+    def __init__(self, conn: _Conn, headers_done: asyncio.Future[None]) -> None:
+        self._conn = conn
+        self._headers_done = headers_done
+        self._buf: deque[bytes] = deque()
+        self._size = 0
+        self._exc: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self.status = 0
+        self.reason = ""
+        self.headers: list[tuple[str, str]] = []
+        """The answer's headers in order, as sent (decoded as aiohttp decodes them)."""
+        self.content_length: int | None = None
+        self.chunked = False
+        self.complete = False
+        """The whole body has arrived (it may still sit in the buffer)."""
+        self.keep_alive = False
+
+    # -- reading (the gateway's side) ------------------------------------------------
+
+    def exception(self) -> BaseException | None:
+        return self._exc
+
+    @property
+    def buffered(self) -> int:
+        """Body bytes received and not read yet (bounded by backpressure)."""
+        return self._size
+
+    def is_eof(self) -> bool:
+        """Everything has arrived (possibly still buffered), without error."""
+        return self.complete and self._exc is None
+
+    def at_eof(self) -> bool:
+        """Everything has arrived and been read."""
+        return self.complete and not self._buf
+
+    def read_nowait(self) -> bytes:
+        """Everything buffered now (b"" if nothing is)."""
+        buf = self._buf
+        if not buf:
+            return b""
+        data = buf.popleft() if len(buf) == 1 else b"".join(buf)
+        buf.clear()
+        self._size = 0
+        if self._paused:
+            self._resume()
+        return data
+
+    async def readany(self) -> bytes:
+        """The next bytes of the body (all that is buffered), or b"" at its end.
+
+        Raises the error that ended the body early (`BodyError`, `ReadTimeout`)."""
+        while not self._buf:
+            if self._exc is not None:
+                raise self._exc
+            if self.complete:
+                return b""
+            waiter = self._waiter = self._conn.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return self.read_nowait()
+
+    def release(self) -> None:
+        """Back to the pool if complete and reusable, else close the connection."""
+        conn = self._conn
+        if conn.resp is not self:
+            return
+        conn.resp = None
+        conn.timer_due = None
+        if self.complete and self.keep_alive and self._exc is None and not conn.lost:
+            if self._paused:
+                conn.transport.resume_reading()
+            conn.pool.put_back(conn)
+        else:
+            conn.close()
+
+    # -- feeding (the connection's side) ---------------------------------------------
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _feed(self, data: bytes) -> None:
+        self._buf.append(data)
+        self._size += len(data)
+        if self._size > HIGH_WATER and not self._paused and not self.complete:
+            self._paused = True
+            self._conn.transport.pause_reading()
+        self._wake()
+
+    def _resume(self) -> None:
+        self._paused = False
+        if not self._conn.lost:
+            self._conn.transport.resume_reading()
+
+    def _fail(self, exc: BaseException) -> None:
+        """End the exchange with `exc`: before the headers it is the request's error,
+        after them the body's."""
+        if self._exc is not None or self.complete:
+            return
+        self._exc = exc
+        hd = self._headers_done
+        if not hd.done():
+            hd.set_exception(exc)
+        self._wake()
+
+
+class _Conn(asyncio.Protocol):
+    """One connection to a backend, and the `httptools` callbacks of its parser."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.loop = pool.loop
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.parser = httptools.HttpResponseParser(self)
+        self.resp: Response | None = None
+        self.lost = False
+        self.idle_since = 0.0
+        self.last = 0.0
+        """Loop time of the last bytes received (for the lazy read timer)."""
+        self.timer_due: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._header_name = b""
+
+    # -- asyncio.Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        resp = self.resp
+        if resp is None:  # bytes nobody asked for: this connection can't be trusted
+            self.close()
+            return
+        self.last = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            resp._fail(BodyError(f"malformed answer from the backend: {exc}"))
+            self.close()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost says what it meant
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._cancel_timer()
+        self.pool.forget(self)
+        resp = self.resp
+        if resp is None or resp.complete:
+            return
+        if resp._headers_done.done():
+            if resp.content_length is None and not resp.chunked and exc is None:
+                resp.complete = True  # a body delimited by the close itself
+                resp._wake()
+            else:
+                resp._fail(BodyError("the backend closed the connection mid-answer"))
+        elif exc is not None:
+            resp._fail(Reset(f"connection reset before the answer: {exc}"))
+        else:
+            resp._fail(Disconnected("the backend closed the connection before answering"))
+
+    # -- httptools callbacks ----------------------------------------------------------
+
+    def on_status(self, status: bytes) -> None:
+        if self.resp is not None:
+            self.resp.reason = status.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        resp = self.resp
+        if resp is None:
+            return
+        k = name.decode("utf-8", "surrogateescape")
+        v = value.decode("utf-8", "surrogateescape")
+        resp.headers.append((k, v))
+        lk = k.lower()
+        if lk == "content-length":
+            try:
+                resp.content_length = int(v)
+            except ValueError:
+                resp.content_length = None
+        elif lk == "transfer-encoding" and "chunked" in v.lower():
+            resp.chunked = True
+
+    def on_headers_complete(self) -> None:
+        resp = self.resp
+        if resp is None:
+            return
+        status = self.parser.get_status_code()
+        if status < 200:  # an interim answer (100 Continue): the real one follows
+            resp.headers.clear()
+            resp.content_length = None
+            resp.chunked = False
+            return
+        resp.status = status
+        hd = resp._headers_done
+        if not hd.done():
+            hd.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        resp = self.resp
+        if resp is not None:
+            resp._feed(body)
+
+    def on_message_complete(self) -> None:
+        resp = self.resp
+        if resp is None or resp.status == 0:
+            return
+        resp.keep_alive = self.parser.should_keep_alive()
+        resp.complete = True
+        self.timer_due = None
+        resp._wake()
+
+    # -- timers and closing -----------------------------------------------------------
+
+    def arm(self, timeout_s: float) -> None:
+        """Fail the current exchange after `timeout_s` of silence, checked lazily: a
+        chunk only stores the loop time; the timer fires at most once per period and
+        re-arms for what is left (no cancel + re-arm per chunk)."""
+        self.last = self.loop.time()
+        self.timer_due = timeout_s
+        if self._timer is None:
+            self._timer = self.loop.call_at(self.last + timeout_s, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        timeout_s = self.timer_due
+        resp = self.resp
+        if timeout_s is None or resp is None or resp.complete:
+            return
+        due = self.last + timeout_s
+        if self.loop.time() < due:
+            self._timer = self.loop.call_at(due, self._check)
+            return
+        resp._fail(ReadTimeout(f"no data from the backend for {timeout_s} s"))
+        self.close()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self) -> None:
+        """Drop the connection now (an abandoned answer must stop its backend)."""
+        self._cancel_timer()
+        if not self.lost:
+            self.lost = True
+            self.transport.abort()
+        self.pool.forget(self)
+
+
+class Pool:
+    """Keep-alive connections to one backend, at most `limit` open at once.
+
+    A request takes the most recently used idle connection (the least likely to have
+    been closed by the server), else opens one, else waits for one to come back.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        server_hostname: str | None,
+        limit: int,
+        connect_timeout_s: float,
+        read_timeout_s: float | None,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"backend URL must be http(s)://host[:port][/path], got {url!r}")
+        tls = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if tls else 80)
+        self.prefix = parts.path.rstrip("/")
+        default_port = self.port == (443 if tls else 80)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = host if default_port else f"{host}:{self.port}"
+        self.ssl = (
+            ssl_context
+            if ssl_context is not None
+            else (ssl.create_default_context() if tls else None)
+        )
+        self.server_hostname = server_hostname if self.ssl is not None else None
+        self.limit = limit if limit > 0 else 1 << 62
+        """Most connections open at once (0 asked: unbounded)."""
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.loop = asyncio.get_running_loop()
+        self._idle: list[_Conn] = []
+        self._open: set[_Conn] = set()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+        self._starts: dict[tuple[str, str], bytes] = {}
+
+    # -- the request ------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path_qs: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        read_timeout_s: float | None = None,
+    ) -> Response:
+        """Send one request; return once the answer's status and headers are in.
+
+        `read_timeout_s` (default: the pool's) bounds the wait for the headers and each
+        gap in the body. On an error or cancellation before this returns, the
+        connection is closed (never reused half-way through an exchange)."""
+        conn = await self._acquire()
+        headers_done: asyncio.Future[None] = self.loop.create_future()
+        resp = Response(conn, headers_done)
+        conn.resp = resp
+        timeout_s = read_timeout_s if read_timeout_s is not None else self.read_timeout_s
+        try:
+            if conn.lost:
+                raise Disconnected("the backend closed the connection before the request left")
+            conn.transport.write(self._head(method, path_qs, headers, len(body)) + body)
+            if timeout_s is not None:
+                conn.arm(timeout_s)
+            await headers_done
+        except BaseException:
+            conn.resp = None
+            conn.close()
+            raise
+        return resp
+
+    def _head(self, method: str, path_qs: str, headers: list[tuple[str, str]], n: int) -> bytes:
+        """The request's head: the start line and `Host` (cached per path), the
+        forwarded headers, and `Content-Length`; nothing else is added."""
+        start = self._starts.get((method, path_qs))
+        if start is None:
+            line = f"{method} {self.prefix}{path_qs} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+            start = line.encode("utf-8", "surrogateescape")
+            if len(self._starts) < 64:
+                self._starts[(method, path_qs)] = start
+        lines = "".join([f"{k}: {v}\r\n" for k, v in headers])
+        if n or method not in ("GET", "HEAD"):
+            lines += f"Content-Length: {n}\r\n"
+        return start + (lines + "\r\n").encode("utf-8", "surrogateescape")
+
+    # -- the pool ---------------------------------------------------------------------
+
+    async def _acquire(self) -> _Conn:
+        while True:
+            if self._closed:
+                raise ConnectFailed("the backend's pool is closed (config reloaded)")
+            idle = self._idle
+            now = self.loop.time()
+            while idle:
+                conn = idle.pop()
+                if conn.lost:
+                    continue
+                if now - conn.idle_since > KEEPALIVE_S:
+                    conn.close()
+                    continue
+                return conn
+            if len(self._open) < self.limit:
+                return await self._connect()
+            waiter = self.loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken and cancelled at once: pass the turn on
+                raise
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    async def _connect(self) -> _Conn:
+        conn = _Conn(self)
+        self._open.add(conn)
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                await self.loop.create_connection(
+                    lambda: conn,
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.server_hostname,
+                )
+        except TimeoutError as exc:
+            self.forget(conn)
+            raise ConnectTimeout(
+                f"no connection to {self.host}:{self.port} within {self.connect_timeout_s} s"
+            ) from exc
+        except OSError as exc:  # refused, unreachable, TLS verification (SSLError)
+            self.forget(conn)
+            raise ConnectFailed(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        except BaseException:
+            self.forget(conn)
+            if conn.transport is not None:
+                conn.transport.abort()
+            raise
+        return conn
+
+    def put_back(self, conn: _Conn) -> None:
+        if self._closed:
+            conn.close()
+            return
+        conn.idle_since = self.loop.time()
+        self._idle.append(conn)
+        self._wake_one()
+
+    def forget(self, conn: _Conn) -> None:
+        """`conn` is closed: it no longer counts against the limit."""
+        if conn in self._open:
+            self._open.discard(conn)
+            if conn in self._idle:
+                self._idle.remove(conn)
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                return
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._open)
+
+    async def close(self, *, graceful: bool = False) -> None:
+        """Close the pool: idle connections now, and no new requests. With `graceful`
+        (a config reload replaced this backend) answers in flight run to their end and
+        their connections close on release; without it (shutdown) they are cut too."""
+        self._closed = True
+        for conn in list(self._open):
+            if not graceful or conn.resp is None:
+                conn.close()
+        self._idle.clear()
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+        await asyncio.sleep(0)
+
+
+def describe(exc: BaseException) -> str:
+    """A short reason label for a failure before the answer (for retry metrics)."""
+    if isinstance(exc, ConnectTimeout):
+        return "connect_timeout"
+    if isinstance(exc, Reset):
+        return "reset"
+    if isinstance(exc, Disconnected):
+        return "disconnected"
+    return "connect_failed"
+
+
+__all__ = [
+    "BodyError",
+    "ConnectFailed",
+    "ConnectTimeout",
+    "Disconnected",
+    "Pool",
+    "ReadTimeout",
+    "Reset",
+    "Response",
+    "UpstreamError",
+    "describe",
+]
