@@ -12,7 +12,17 @@ what the backend and load generator leave of the last one; with 2 cores (this pr
 CI machines) the 2-worker run shares core 1 with them, so it shows spreading and flat
 CPU per request, not a 2x.
 
+`--quota Q` measures scaling on a machine with too few cores for it: every worker gets
+its own CPU budget of Q cores (a cgroup v1 `cpu` group per worker, CFS quota; needs
+root), all on core 0, and the runs go 1, 2, .. N workers. With N x Q <= 1 the workers
+never compete for core 0, so the N-worker rate over N x the 1-worker rate says how
+linearly workers add capacity when each has a core's worth of its own: no shared lock,
+no shared socket queue, the kernel's SO_REUSEPORT spread. It is a budget per worker,
+not a core per worker (caches and the scheduler are shared), so it is the lower bound
+of what separate cores give.
+
     .venv/bin/python bench/bench_workers.py [--workers 2] [--seconds 5] [--connections 64]
+    sudo .venv/bin/python bench/bench_workers.py --quota 0.2 --workers 4
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +42,7 @@ from bench_proxy import (
     HERE,
     PY,
     Row,
+    children,
     free_port,
     gridroute_args,
     measure,
@@ -57,11 +69,119 @@ def served_by_worker(metrics_port: int, workers: int) -> list[float]:
     return out
 
 
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+
+
+def free_block(n: int, avoid: int) -> int:
+    """A base port with `n` free consecutive ports, none of them `avoid` (worker i
+    serves metrics on base + i)."""
+    for _ in range(100):
+        base = free_port()
+        ok = avoid not in range(base, base + n)
+        for p in range(base + 1, base + n):
+            if not ok:
+                break
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+        if ok:
+            return base
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def cap_workers(parent: int, quota: float) -> list[Path]:
+    """Put each worker of `parent` (or `parent` itself) in its own cgroup v1 `cpu`
+    group with a CFS quota of `quota` cores; returns the groups to remove later."""
+    pids = children(parent) or [parent]
+    groups = []
+    for pid in pids:
+        group = CGROUP_CPU / f"gridroute-bench-{pid}"
+        group.mkdir(exist_ok=True)
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text(str(int(quota * 100000)))
+        (group / "cgroup.procs").write_text(str(pid))
+        groups.append(group)
+    return groups
+
+
+def remove_groups(groups: list[Path]) -> None:
+    for group in groups:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:  # its processes are still exiting
+                time.sleep(0.1)
+
+
+def quota_runs(a: argparse.Namespace, last: int) -> None:
+    """1..N workers on core 0, each capped at `a.quota` cores (see the module doc)."""
+    if a.workers * a.quota > 1.0:
+        sys.exit(f"--workers x --quota must be <= 1 core (core 0), got {a.workers * a.quota}")
+    probe = CGROUP_CPU / "gridroute-bench-probe"
+    try:
+        probe.mkdir(exist_ok=True)
+        probe.rmdir()
+    except OSError as exc:
+        sys.exit(f"--quota needs a writable cgroup v1 cpu controller at {CGROUP_CPU}: {exc}")
+    print(
+        f"each worker capped at {a.quota} cores (CFS quota, own cgroup), all on core 0; "
+        f"backend + load generator on core {last}",
+        flush=True,
+    )
+    rows: list[tuple[int, Row, list[float]]] = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        backend = free_port()
+        bproc = start([PY, str(HERE / "proxy_backend.py"), str(backend)], last)
+        wait_port(backend)
+        try:
+            for workers in range(1, a.workers + 1):
+                port = free_port()
+                metrics = free_block(workers, port)
+                proc = start(gridroute_args(tmp, port, backend, metrics, workers), "0")
+                groups: list[Path] = []
+                try:
+                    wait_port(port)
+                    for i in range(workers):
+                        wait_port(metrics + i)
+                    time.sleep(1.5)
+                    groups = cap_workers(proc.pid, a.quota)
+                    row = measure(
+                        f"{workers} x {a.quota}", port, proc.pid, a.seconds, a.connections
+                    )
+                    rows.append((workers, row, served_by_worker(metrics, workers)))
+                    print(f"{row.name}: {row.rps:.0f} req/s, {row.cpu_us:.0f} us/req", flush=True)
+                finally:
+                    stop(proc)
+                    remove_groups(groups)
+        finally:
+            stop(bproc)
+    one = rows[0][1].rps
+    print(f"\n{a.connections} connections, {a.seconds:.0f} s per run\n")
+    head = (
+        f"{'workers':>8}{'CPU cap':>9}{'req/s':>9}{'vs 1':>7}{'per worker':>12}"
+        f"{'CPU us/req':>12}  served per worker"
+    )
+    print(head + "\n" + "-" * (len(head) + 10))
+    for workers, r, served in rows:
+        total = sum(served) or 1.0
+        split = " / ".join(f"{x / total:.0%}" for x in served)
+        cpu = f"{r.cpu_us:.0f}" if r.cpu_us is not None else "-"
+        print(
+            f"{workers:>8}{workers * a.quota:>9.2f}{r.rps:>9.0f}{r.rps / one:>6.2f}x"
+            f"{r.rps / one / workers:>11.0%}{cpu:>12}  {split}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--quota", type=float, default=None, help="cores per worker (cgroup)")
     a = ap.parse_args()
     cores = os.cpu_count() or 1
     if cores < 2:
@@ -72,6 +192,9 @@ def main() -> None:
     import uvloop
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    if a.quota is not None:
+        quota_runs(a, last)
+        return
     print(
         f"{cores} cores: backend + load generator on core {last}; 1 worker on core 0, "
         f"{a.workers} workers on cores {gw_cores}",
@@ -92,7 +215,8 @@ def main() -> None:
         wait_port(backend)
         try:
             for workers, where in ((1, "0"), (a.workers, gw_cores)):
-                port, metrics = free_port(), free_port()
+                port = free_port()
+                metrics = free_block(workers, port)
                 args = gridroute_args(tmp, port, backend, metrics, workers)
                 proc = start(args, where)
                 procs.append(proc)

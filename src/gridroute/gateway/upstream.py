@@ -446,6 +446,9 @@ class Pool:
                 conn = idle.pop()
                 if conn.lost:
                     continue
+                if conn.transport.is_closing():  # the server's close is on its way in
+                    conn.close()
+                    continue
                 if now - conn.idle_since > KEEPALIVE_S:
                     conn.close()
                     continue
