@@ -69,6 +69,13 @@ def served_by_worker(metrics_port: int, workers: int) -> list[float]:
     return out
 
 
+def cells(row: Row, served: list[float]) -> tuple[str, str]:
+    """A table row's share of requests per worker and its CPU per request."""
+    total = sum(served) or 1.0
+    split = " / ".join(f"{x / total:.0%}" for x in served)
+    return split, f"{row.cpu_us:.0f}" if row.cpu_us is not None else "-"
+
+
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 
 
@@ -167,9 +174,7 @@ def quota_runs(a: argparse.Namespace, last: int) -> None:
     )
     print(head + "\n" + "-" * (len(head) + 10))
     for workers, r, served in rows:
-        total = sum(served) or 1.0
-        split = " / ".join(f"{x / total:.0%}" for x in served)
-        cpu = f"{r.cpu_us:.0f}" if r.cpu_us is not None else "-"
+        split, cpu = cells(r, served)
         print(
             f"{workers:>8}{workers * a.quota:>9.2f}{r.rps:>9.0f}{r.rps / one:>6.2f}x"
             f"{r.rps / one / workers:>11.0%}{cpu:>12}  {split}"
@@ -239,9 +244,7 @@ def main() -> None:
     )
     print(head + "\n" + "-" * (len(head) + 10))
     for workers, r, served in rows:
-        total = sum(served) or 1.0
-        split = " / ".join(f"{s / total:.0%}" for s in served)
-        cpu = f"{r.cpu_us:.0f}" if r.cpu_us is not None else "-"
+        split, cpu = cells(r, served)
         where = "0" if workers == 1 else gw_cores
         print(
             f"{workers:>8}{where:>8}{r.rps:>9.0f}{r.rps / one.rps:>6.2f}x{cpu:>12}"
