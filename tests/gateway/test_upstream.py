@@ -404,3 +404,61 @@ def test_a_bad_backend_url_is_refused_with_its_value() -> None:
             pool("ftp://x")
 
     run(scenario)
+
+
+def test_a_kept_alive_connection_closed_before_answering_is_resent_on_a_new_one() -> None:
+    """The idle-close race: the server drops a kept-alive connection as the request
+    leaves on it. The request goes once more on a new connection; no error."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+        await read_request(reader)  # the second request on this connection: dropped
+
+    async def scenario() -> None:
+        async with raw_server(handle) as srv:
+            p = pool(srv.url)
+            assert await body_of(await p.request("POST", "/", [], b"{}")) == b"ok"
+            assert await body_of(await p.request("POST", "/", [], b"{}")) == b"ok"
+            assert (len(srv.peers), p.stale) == (2, 1)
+            await p.close()
+
+    run(scenario)
+
+
+def test_a_new_connection_closed_before_answering_is_not_resent() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+
+    async def scenario() -> None:
+        async with raw_server(handle) as srv:
+            p = pool(srv.url)
+            with pytest.raises(upstream.Disconnected):
+                await p.request("POST", "/", [], b"{}")
+            assert (len(srv.peers), p.stale) == (1, 0)
+            await p.close()
+
+    run(scenario)
+
+
+def test_a_probe_past_the_limit_does_not_leave_an_extra_connection() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            req = await read_request(reader)
+            if b"/stream" in req:
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n")
+                await reader.read()
+                return
+            writer.write(OK)
+
+    async def scenario() -> None:
+        async with raw_server(handle) as srv:
+            p = pool(srv.url, limit=1)
+            stream = await p.request("POST", "/stream", [], b"{}")
+            probe = await p.request("GET", "/health", [], b"", over_limit=True)
+            assert await body_of(probe) == b"ok"
+            assert p.open_connections == 1  # the probe's connection was closed, not kept
+            stream.release()
+            await p.close()
+
+    run(scenario)

@@ -63,7 +63,7 @@ class HealthProber:
         resp = None
         try:
             async with asyncio.timeout(self.cfg.timeout_s):
-                resp = await pool.request("GET", backend.spec.health_path, [], b"")
+                resp = await pool.request("GET", backend.spec.health_path, [], b"", over_limit=True)
                 while await resp.readany():
                     pass
             if resp.status < 500:

@@ -123,7 +123,7 @@ class Response:
 
     def at_eof(self) -> bool:
         """Everything has arrived and been read."""
-        return self.complete and not self._buf
+        return self.complete and self._exc is None and not self._buf
 
     def read_nowait(self) -> bytes:
         """Everything buffered now (b"" if nothing is)."""
@@ -184,6 +184,7 @@ class Response:
 
     def _resume(self) -> None:
         self._paused = False
+        self._conn.last = self._conn.loop.time()  # paused by us: not the backend's silence
         if not self._conn.lost:
             self._conn.transport.resume_reading()
 
@@ -215,11 +216,17 @@ class _Conn(asyncio.Protocol):
         self.timer_due: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._header_name = b""
+        self.head = False
+        self.reused = False
+        """Taken from the idle pool (it carried an earlier exchange)."""
+        """The exchange is a HEAD: its answer has no body whatever its headers say."""
 
     # -- asyncio.Protocol -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self.lost:  # the pool closed this connection while it was connecting
+            self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         resp = self.resp
@@ -229,7 +236,7 @@ class _Conn(asyncio.Protocol):
         self.last = self.loop.time()
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             resp._fail(BodyError(f"malformed answer from the backend: {exc}"))
             self.close()
 
@@ -241,7 +248,7 @@ class _Conn(asyncio.Protocol):
         self._cancel_timer()
         self.pool.forget(self)
         resp = self.resp
-        if resp is None or resp.complete:
+        if resp is None or resp.complete or resp._exc is not None:
             return
         if resp._headers_done.done():
             if resp.content_length is None and not resp.chunked and exc is None:
@@ -256,13 +263,18 @@ class _Conn(asyncio.Protocol):
 
     # -- httptools callbacks ----------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        resp = self.resp
+        if resp is not None and resp.complete:  # a second answer to one request
+            self.close()  # never reused; the callbacks below ignore it
+
     def on_status(self, status: bytes) -> None:
-        if self.resp is not None:
+        if self.resp is not None and not self.resp.complete:
             self.resp.reason = status.decode("latin-1")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         resp = self.resp
-        if resp is None:
+        if resp is None or resp.complete:
             return
         k = name.decode("utf-8", "surrogateescape")
         v = value.decode("utf-8", "surrogateescape")
@@ -278,7 +290,7 @@ class _Conn(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         resp = self.resp
-        if resp is None:
+        if resp is None or resp.complete:
             return
         status = self.parser.get_status_code()
         if status < 200:  # an interim answer (100 Continue): the real one follows
@@ -287,18 +299,21 @@ class _Conn(asyncio.Protocol):
             resp.chunked = False
             return
         resp.status = status
+        if self.head:  # httptools cannot skip the body: end here, never reuse
+            resp.complete = True
+            self.timer_due = None
         hd = resp._headers_done
         if not hd.done():
             hd.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         resp = self.resp
-        if resp is not None:
+        if resp is not None and not resp.complete:
             resp._feed(body)
 
     def on_message_complete(self) -> None:
         resp = self.resp
-        if resp is None or resp.status == 0:
+        if resp is None or resp.status == 0 or resp.complete:
             return
         resp.keep_alive = self.parser.should_keep_alive()
         resp.complete = True
@@ -311,10 +326,14 @@ class _Conn(asyncio.Protocol):
         """Fail the current exchange after `timeout_s` of silence, checked lazily: a
         chunk only stores the loop time; the timer fires at most once per period and
         re-arms for what is left (no cancel + re-arm per chunk)."""
-        self.last = self.loop.time()
+        self.last = now = self.loop.time()
         self.timer_due = timeout_s
-        if self._timer is None:
-            self._timer = self.loop.call_at(self.last + timeout_s, self._check)
+        t = self._timer
+        if t is not None and t.when() > now + timeout_s:  # left by a longer exchange
+            t.cancel()
+            t = self._timer = None
+        if t is None:
+            self._timer = self.loop.call_at(now + timeout_s, self._check)
 
     def _check(self) -> None:
         self._timer = None
@@ -322,6 +341,8 @@ class _Conn(asyncio.Protocol):
         resp = self.resp
         if timeout_s is None or resp is None or resp.complete:
             return
+        if resp._paused:  # we stopped reading (slow client): not the backend's silence
+            self.last = self.loop.time()
         due = self.last + timeout_s
         if self.loop.time() < due:
             self._timer = self.loop.call_at(due, self._check)
@@ -339,7 +360,11 @@ class _Conn(asyncio.Protocol):
         self._cancel_timer()
         if not self.lost:
             self.lost = True
-            self.transport.abort()
+            resp = self.resp
+            if resp is not None and resp._headers_done.done():
+                resp._fail(BodyError("the connection was closed mid-answer"))
+            if self.transport is not None:  # None: still connecting (connection_made aborts)
+                self.transport.abort()
         self.pool.forget(self)
 
 
@@ -386,6 +411,8 @@ class Pool:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
         self._starts: dict[tuple[str, str], bytes] = {}
+        self.stale = 0
+        """Requests sent again because a kept-alive connection closed before answering."""
 
     # -- the request ------------------------------------------------------------------
 
@@ -396,13 +423,42 @@ class Pool:
         headers: list[tuple[str, str]],
         body: bytes,
         read_timeout_s: float | None = None,
+        *,
+        over_limit: bool = False,
     ) -> Response:
         """Send one request; return once the answer's status and headers are in.
 
         `read_timeout_s` (default: the pool's) bounds the wait for the headers and each
         gap in the body. On an error or cancellation before this returns, the
-        connection is closed (never reused half-way through an exchange)."""
-        conn = await self._acquire()
+        connection is closed (never reused half-way through an exchange).
+
+        A kept-alive connection that closes before any byte of the answer is, most
+        often, one the server closed as idle just as the request left (uvicorn, behind
+        vLLM and SGLang, closes idle connections after 5 s): the request is sent once
+        more on a new connection, as the gateway would retry it elsewhere anyway."""
+        conn = await self._acquire(over_limit)
+        if not conn.reused:
+            return await self._exchange(conn, method, path_qs, headers, body, read_timeout_s)
+        try:
+            return await self._exchange(conn, method, path_qs, headers, body, read_timeout_s)
+        except Disconnected:
+            self.stale += 1
+        if len(self._open) < self.limit or over_limit:
+            conn = await self._connect()
+        else:
+            conn = await self._acquire(over_limit)
+        return await self._exchange(conn, method, path_qs, headers, body, read_timeout_s)
+
+    async def _exchange(
+        self,
+        conn: _Conn,
+        method: str,
+        path_qs: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        read_timeout_s: float | None,
+    ) -> Response:
+        conn.head = method == "HEAD"
         headers_done: asyncio.Future[None] = self.loop.create_future()
         resp = Response(conn, headers_done)
         conn.resp = resp
@@ -436,7 +492,7 @@ class Pool:
 
     # -- the pool ---------------------------------------------------------------------
 
-    async def _acquire(self) -> _Conn:
+    async def _acquire(self, over_limit: bool = False) -> _Conn:
         while True:
             if self._closed:
                 raise ConnectFailed("the backend's pool is closed (config reloaded)")
@@ -452,8 +508,9 @@ class Pool:
                 if now - conn.idle_since > KEEPALIVE_S:
                     conn.close()
                     continue
+                conn.reused = True
                 return conn
-            if len(self._open) < self.limit:
+            if over_limit or len(self._open) < self.limit:  # a probe never queues behind traffic
                 return await self._connect()
             waiter = self.loop.create_future()
             self._waiters.append(waiter)
@@ -495,7 +552,7 @@ class Pool:
         return conn
 
     def put_back(self, conn: _Conn) -> None:
-        if self._closed:
+        if self._closed or len(self._open) > self.limit:  # a probe's extra connection
             conn.close()
             return
         conn.idle_since = self.loop.time()
