@@ -11,12 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gridroute.gateway import upstream
+from gridroute.gateway.backends import ssl_context
+from gridroute.gateway.config import TLSConfig
 from gridroute.gateway.upstream import Pool
+from gridroute.operator.certs import init_certs
+from gridroute.operator.config import TLSFiles
+from gridroute.operator.tls import server_context
 from tests.gateway.backends import closed_port
 from tests.gateway.harness import eventually, run
 
@@ -460,5 +466,40 @@ def test_a_probe_past_the_limit_does_not_leave_an_extra_connection() -> None:
             assert p.open_connections == 1  # the probe's connection was closed, not kept
             stream.release()
             await p.close()
+
+    run(scenario)
+
+
+def test_mutual_tls_checks_the_name_it_is_told_to(tmp_path: Path) -> None:
+    """`tls.server_name` is the name verified in the backend's certificate (here the
+    certificate names `localhost` and 127.0.0.1, not `elsewhere.example`)."""
+    init_certs(tmp_path, ["a"])
+    files = TLSFiles(
+        cert=tmp_path / "a/server.crt", key=tmp_path / "a/server.key", ca=tmp_path / "ca.crt"
+    )
+    client = TLSConfig(
+        ca_file=str(tmp_path / "ca.crt"),
+        cert_file=str(tmp_path / "a/client.crt"),
+        key_file=str(tmp_path / "a/client.key"),
+    )
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_context(files))
+        url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            good = pool(url, ssl_context=ssl_context(client), server_hostname="localhost")
+            assert await body_of(await good.request("POST", "/", [], b"{}")) == b"ok"
+            bad = pool(url, ssl_context=ssl_context(client), server_hostname="elsewhere.example")
+            with pytest.raises(upstream.ConnectFailed, match="certificate"):
+                await bad.request("POST", "/", [], b"{}")
+            assert bad.open_connections == 0
+            await good.close()
+            await bad.close()
+        finally:
+            server.close()
 
     run(scenario)
