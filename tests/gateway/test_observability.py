@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from gridroute.gateway.app import create_metrics_app
 from gridroute.gateway.tracing import RequestTracer
 from tests.gateway.backends import serve
-from tests.gateway.harness import MODEL, fake, run, running_grid
+from tests.gateway.harness import MODEL, eventually, fake, run, running_grid
 
 CHAT = [{"role": "user", "content": "hello"}]
 SITE_GAUGES = (
@@ -233,5 +233,30 @@ def test_rho_gauges_and_status_read_the_core_formulas() -> None:
             live.own.end("a/a", time.time())
             live.own.end("a/a", time.time())
             assert g.in_flight() == 0
+
+    run(scenario)
+
+
+def test_backend_pools_are_visible_in_metrics() -> None:
+    """Open and idle connections per backend, and the resend counter, read at scrape."""
+
+    async def scenario() -> None:
+        async with running_grid({"a": fake("a")}) as g:
+            reg = g.gw.metrics.registry
+            labels = {"site": "a", "cluster": "a"}
+            client = g.client()
+            for _ in range(3):
+                await client.chat.completions.create(model=MODEL, messages=CHAT)
+
+            def conns(state: str) -> float | None:
+                return reg.get_sample_value(
+                    "grid_route_backend_connections", {**labels, "state": state}
+                )
+
+            opened = conns("open")
+            assert opened is not None and opened >= 1
+            # Nothing in flight (a health probe may be, for a moment): all back in the pool.
+            await eventually(lambda: conns("idle") == conns("open"))
+            assert reg.get_sample_value("grid_route_backend_resends_total", labels) == 0
 
     run(scenario)

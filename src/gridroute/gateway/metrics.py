@@ -14,10 +14,11 @@ import math
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gridroute.core import Decision, Health, Path
+from gridroute.gateway.backends import Backends
 from gridroute.gateway.live import LiveGrid
 
 NAN = math.nan
@@ -99,6 +100,34 @@ class GridCollector(Collector):
         yield shed
 
 
+class PoolCollector(Collector):
+    """The backend pools at scrape time: connections open and idle per backend, and
+    requests resent after a kept-alive connection closed before answering."""
+
+    def __init__(self, backends: Backends) -> None:
+        self._backends = backends
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        conns = GaugeMetricFamily(
+            "grid_route_backend_connections",
+            "Connections to the backend: open (all) and idle (pooled, ready for a request).",
+            labels=["site", "cluster", "state"],
+        )
+        resent = CounterMetricFamily(
+            "grid_route_backend_resends",
+            "Requests sent again on a new connection because a kept-alive one closed "
+            "before answering (the server's idle close raced the request).",
+            labels=["site", "cluster"],
+        )
+        for backend in list(self._backends.by_key.values()):
+            spec, pool = backend.spec, backend.pool
+            conns.add_metric([spec.site, spec.provider, "open"], pool.open_connections)
+            conns.add_metric([spec.site, spec.provider, "idle"], pool.idle_connections)
+            resent.add_metric([spec.site, spec.provider], pool.stale)
+        yield conns
+        yield resent
+
+
 class GatewayMetrics:
     """Counters and histograms the request path updates, in their own registry."""
 
@@ -152,6 +181,10 @@ class GatewayMetrics:
         """Register the scrape-time per-site gauges of the (current) live grid;
         `shedding(model)` says whether the model refused requests recently."""
         self.registry.register(GridCollector(live, shedding))
+
+    def watch_pools(self, backends: Backends) -> None:
+        """Register the scrape-time gauges of the backend pools."""
+        self.registry.register(PoolCollector(backends))
 
     def decision(self, d: Decision) -> None:
         """Count one decision: its path, the routed site, and every refused candidate."""

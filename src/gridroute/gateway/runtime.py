@@ -90,6 +90,7 @@ class Gateway:
         self.metrics = GatewayMetrics(registry)
         self.refusals = RefusalLog()
         self.metrics.watch(lambda: self.live, self.refusals.shedding)
+        self.metrics.watch_pools(self.backends)
         self.poll_metrics = PollMetrics(self.metrics.registry)
         self.tracer = tracer if tracer is not None else make_tracer(cfg.tracing)
         self.max_body = cfg.limits.max_body_bytes

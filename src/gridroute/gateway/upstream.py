@@ -578,6 +578,10 @@ class Pool:
     def open_connections(self) -> int:
         return len(self._open)
 
+    @property
+    def idle_connections(self) -> int:
+        return len(self._idle)
+
     async def close(self, *, graceful: bool = False) -> None:
         """Close the pool: idle connections now, and no new requests. With `graceful`
         (a config reload replaced this backend) answers in flight run to their end and
