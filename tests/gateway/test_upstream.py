@@ -503,3 +503,24 @@ def test_mutual_tls_checks_the_name_it_is_told_to(tmp_path: Path) -> None:
             server.close()
 
     run(scenario)
+
+
+def test_a_kept_alive_connection_closed_after_a_while_is_not_resent() -> None:
+    """Past `RESEND_WITHIN_S` the close may follow work on the request: no resend."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+        await read_request(reader)
+        await asyncio.sleep(upstream.RESEND_WITHIN_S + 0.2)  # worked on it, then died
+
+    async def scenario() -> None:
+        async with raw_server(handle) as srv:
+            p = pool(srv.url)
+            assert await body_of(await p.request("POST", "/", [], b"{}")) == b"ok"
+            with pytest.raises(upstream.Disconnected):
+                await p.request("POST", "/", [], b"{}")
+            assert (len(srv.peers), p.stale) == (1, 0)
+            await p.close()
+
+    run(scenario)

@@ -31,6 +31,10 @@ KEEPALIVE_S = 30.0
 """An idle pooled connection older than this is closed rather than reused (servers
 close theirs too: uvicorn after 5 s; a closed one leaves the pool when it closes)."""
 
+RESEND_WITHIN_S = 1.0
+"""A kept-alive connection that closes this soon after the request left, before any
+byte of the answer, gets the request once more on a new connection (the idle race)."""
+
 
 class UpstreamError(Exception):
     """Any failure talking to a backend."""
@@ -435,13 +439,18 @@ class Pool:
         A kept-alive connection that closes before any byte of the answer is, most
         often, one the server closed as idle just as the request left (uvicorn, behind
         vLLM and SGLang, closes idle connections after 5 s): the request is sent once
-        more on a new connection, as the gateway would retry it elsewhere anyway."""
+        more on a new connection, as the gateway would retry it elsewhere anyway, if the
+        close came within `RESEND_WITHIN_S` (the race shows within a round trip; a
+        close after longer may follow work done on the request)."""
         conn = await self._acquire(over_limit)
         if not conn.reused:
             return await self._exchange(conn, method, path_qs, headers, body, read_timeout_s)
+        sent = self.loop.time()
         try:
             return await self._exchange(conn, method, path_qs, headers, body, read_timeout_s)
         except Disconnected:
+            if self.loop.time() - sent > RESEND_WITHIN_S:
+                raise  # it had time to be worked on: not the idle race
             self.stale += 1
         if len(self._open) < self.limit or over_limit:
             conn = await self._connect()
