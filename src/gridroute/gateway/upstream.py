@@ -113,9 +113,6 @@ class Response:
 
     # -- reading (the gateway's side) ------------------------------------------------
 
-    def exception(self) -> BaseException | None:
-        return self._exc
-
     @property
     def buffered(self) -> int:
         """Body bytes received and not read yet (bounded by backpressure)."""
@@ -219,7 +216,6 @@ class _Conn(asyncio.Protocol):
         """Loop time of the last bytes received (for the lazy read timer)."""
         self.timer_due: float | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._header_name = b""
         self.head = False
         self.reused = False
         """Taken from the idle pool (it carried an earlier exchange)."""
