@@ -24,9 +24,8 @@ from urllib.parse import urlsplit
 import httptools
 
 HIGH_WATER = 64 * 1024
-"""Body bytes buffered before the backend socket is paused (backpressure)."""
-LOW_WATER = 16 * 1024
-"""Buffered bytes below which a paused backend socket is resumed."""
+"""Body bytes buffered before the backend socket is paused (backpressure); reading
+resumes once the relay has taken what is buffered."""
 KEEPALIVE_S = 30.0
 """An idle pooled connection older than this is closed rather than reused (servers
 close theirs too: uvicorn after 5 s; a closed one leaves the pool when it closes)."""
@@ -160,10 +159,10 @@ class Response:
         if conn.resp is not self:
             return
         conn.resp = None
-        conn.timer_due = None
+        conn.timer_s = None
         if self.complete and self.keep_alive and self._exc is None and not conn.lost:
             if self._paused:
-                conn.transport.resume_reading()
+                self._resume()
             conn.pool.put_back(conn)
         else:
             conn.close()
@@ -214,7 +213,7 @@ class _Conn(asyncio.Protocol):
         self.idle_since = 0.0
         self.last = 0.0
         """Loop time of the last bytes received (for the lazy read timer)."""
-        self.timer_due: float | None = None
+        self.timer_s: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self.head = False
         self.reused = False
@@ -301,7 +300,7 @@ class _Conn(asyncio.Protocol):
         resp.status = status
         if self.head:  # httptools cannot skip the body: end here, never reuse
             resp.complete = True
-            self.timer_due = None
+            self.timer_s = None
         hd = resp._headers_done
         if not hd.done():
             hd.set_result(None)
@@ -317,7 +316,7 @@ class _Conn(asyncio.Protocol):
             return
         resp.keep_alive = self.parser.should_keep_alive()
         resp.complete = True
-        self.timer_due = None
+        self.timer_s = None
         resp._wake()
 
     # -- timers and closing -----------------------------------------------------------
@@ -327,7 +326,7 @@ class _Conn(asyncio.Protocol):
         chunk only stores the loop time; the timer fires at most once per period and
         re-arms for what is left (no cancel + re-arm per chunk)."""
         self.last = now = self.loop.time()
-        self.timer_due = timeout_s
+        self.timer_s = timeout_s
         t = self._timer
         if t is not None and t.when() > now + timeout_s:  # left by a longer exchange
             t.cancel()
@@ -337,7 +336,7 @@ class _Conn(asyncio.Protocol):
 
     def _check(self) -> None:
         self._timer = None
-        timeout_s = self.timer_due
+        timeout_s = self.timer_s
         resp = self.resp
         if timeout_s is None or resp is None or resp.complete:
             return
