@@ -22,6 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # The in-process benchmarks; the proxy ones (bench_proxy, bench_sse, bench_workers) pin
 # processes to cores and install nginx/LiteLLM, so they are run by hand (BENCHMARKS.md).

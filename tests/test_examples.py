@@ -11,8 +11,11 @@ ROOT = Path(__file__).resolve().parent.parent / "examples"
 
 
 def test_local_three_site_examples_are_valid_and_consistent() -> None:
-    gw = load_config(ROOT / "gateway.yaml")
-    ops = {s: load_operator_config(ROOT / f"operator-{s}.yaml") for s in ("hub", "west", "east")}
+    gw = load_config(ROOT / "gateway.yaml", files=False)
+    ops = {
+        s: load_operator_config(ROOT / f"operator-{s}.yaml", files=False)
+        for s in ("hub", "west", "east")
+    }
     assert gw.local_site == "hub"
     assert gw.operator is not None
     hub = ops["hub"]

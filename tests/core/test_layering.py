@@ -17,7 +17,13 @@ FORBIDDEN = {
     "gridroute.operator",
     "gridroute.control",
     "gridroute.sim",
-    "gridroute.local",
+    "gridroute.fakeserver",
+    "gridroute.grid",
+    "gridroute.demo",
+    "gridroute.load",
+    "gridroute.relay",
+    "gridroute.cli",
+    "gridroute.config",
     "gridroute.wire",
 }
 

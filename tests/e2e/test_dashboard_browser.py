@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from gridroute.local.background import BackgroundLoad
-from gridroute.local.grid import LocalGrid
-from gridroute.local.gridconfig import GridSpec, SiteSpec
+from gridroute.grid.launcher import LocalGrid
+from gridroute.grid.layout import GridSpec, LocalSite
+from gridroute.load.background import BackgroundLoad
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -28,7 +28,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 SPEC = GridSpec(
-    sites=(SiteSpec("hub", 16), SiteSpec("west", 16), SiteSpec("east", 8)),
+    sites=(LocalSite("hub", 16), LocalSite("west", 16), LocalSite("east", 8)),
     service_s=0.2,
     distribution="exponential",
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gridroute.local.grid import leftover_pids
+from gridroute.grid.launcher import leftover_pids
 
 pytestmark = pytest.mark.e2e
 

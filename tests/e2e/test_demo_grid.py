@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from gridroute.local.background import BackgroundLoad
-from gridroute.local.grid import LocalGrid, leftover_pids
-from gridroute.local.gridconfig import GridSpec, SiteSpec
+from gridroute.grid.launcher import LocalGrid, leftover_pids
+from gridroute.grid.layout import GridSpec, LocalSite
+from gridroute.load.background import BackgroundLoad
 
 pytestmark = pytest.mark.e2e
 
 SPEC = GridSpec(
-    sites=(SiteSpec("hub", 16), SiteSpec("west", 16), SiteSpec("east", 8)),
+    sites=(LocalSite("hub", 16), LocalSite("west", 16), LocalSite("east", 8)),
     service_s=0.2,
     distribution="exponential",
 )

@@ -18,11 +18,11 @@ import openai
 from aiohttp import web
 
 from gridroute.core import Sample
+from gridroute.fakeserver.server import RunningFakeServer, start_fake_server
+from gridroute.fakeserver.settings import FakeServerConfig
 from gridroute.gateway.app import create_app
 from gridroute.gateway.config import GatewayConfig
 from gridroute.gateway.runtime import Gateway
-from gridroute.local.fakeconfig import FakeServerConfig
-from gridroute.local.fakeserver import RunningFakeServer, start_fake_server
 
 MODEL = "m"
 
@@ -48,10 +48,10 @@ class Grid:
             Sample(site, site, now, running=r, waiting=w, ready=1.0, max_running=m, generation=1)
             for site, (r, w, m) in loads.items()
         ]
-        self.gw.live.refresh(samples, {site: now for site in loads}, now)
+        self.gw.current.refresh(samples, {site: now for site in loads}, now)
 
     def in_flight(self) -> int:
-        return self.gw.live.own.total()
+        return self.gw.current.own.total()
 
 
 def config(

@@ -23,7 +23,7 @@ def test_a_session_sticks_to_its_site_and_moves_when_that_site_is_full() -> None
     async def scenario() -> None:
         sites = {n: fake(n) for n in ("a", "b", "c")}
         async with running_grid(sites) as g:
-            g.gw.live.rng = Random(5)
+            g.gw.current.rng = Random(5)
             g.feed({"a": (0.0, 0.0, 20.0), "b": (0.0, 0.0, 20.0), "c": (0.0, 0.0, 20.0)})
             client = g.client()
 
@@ -57,7 +57,7 @@ def test_affinity_can_be_turned_off() -> None:
     async def scenario() -> None:
         sites = {n: fake(n) for n in ("a", "b")}
         async with running_grid(sites, affinity={"header": None}) as g:
-            g.gw.live.rng = Random(5)
+            g.gw.current.rng = Random(5)
             g.feed({"a": (0.0, 0.0, 20.0), "b": (0.0, 0.0, 20.0)})
             client = g.client()
             seen = collections.Counter()

@@ -9,9 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from gridroute.cli import app
+from gridroute.config import ConfigError
 from gridroute.core import Policy
-from gridroute.gateway.config import ConfigError, GatewayConfig, load_config, parse_config
+from gridroute.gateway.config import GatewayConfig, load_config, parse_config
 from gridroute.gateway.routing import build_routing
+from gridroute.operator.certs import init_certs
 
 ROOT = Path(__file__).resolve().parents[2]
 MIN = "sites: [{name: a, backend_url: 'http://x:1'}]\nmodels: [{name: m}]\n"
@@ -81,8 +83,17 @@ def test_cli_schema_and_check(tmp_path: Path) -> None:
         for name, prop in section.get("properties", {}).items():
             assert prop.get("description"), f"{where}.{name} has no description"
     assert "429" in schema["$defs"]["AvailabilitySettings"]["properties"]["shedding"]["description"]
-    good = runner.invoke(app, ["config", "check", str(ROOT / "examples" / "gateway.yaml")])
+    missing = runner.invoke(app, ["config", "check", str(ROOT / "examples" / "gateway.yaml")])
+    # Run from a directory without out/certs: every named file is reported, exit 2.
+    if not (Path.cwd() / "out" / "certs" / "ca.crt").exists():
+        assert missing.exit_code == 2
+        assert "operator.tls.ca_file: no such file: out/certs/ca.crt" in missing.output
+    init_certs(tmp_path / "out" / "certs", ["hub", "west", "east"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        good = runner.invoke(app, ["config", "check", str(ROOT / "examples" / "gateway.yaml")])
     assert good.exit_code == 0, good.output
+    assert "gateway config" in good.output
     bad = tmp_path / "bad.yaml"
     bad.write_text(MIN + "limits: {max_body_bytes: zero}\n")
     res = runner.invoke(app, ["config", "check", str(bad)])
@@ -92,4 +103,4 @@ def test_cli_schema_and_check(tmp_path: Path) -> None:
 
 def test_every_example_gateway_config_is_valid() -> None:
     for path in sorted((ROOT / "examples").glob("gateway*.yaml")):
-        load_config(path)
+        load_config(path, files=False)

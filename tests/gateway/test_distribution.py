@@ -21,7 +21,7 @@ def test_two_sites_split_by_capacity_over_one_plus_rho() -> None:
     async def scenario() -> None:
         models = [{"name": MODEL, "policy": "saturation"}]
         async with running_grid({"a": fake("a"), "b": fake("b")}, models=models) as g:
-            g.gw.live.rng = Random(7)
+            g.gw.current.rng = Random(7)
             g.feed({"a": (0.0, 0.0, 10.0), "b": (0.0, 0.0, 30.0)})
             client = g.client()
             seen: collections.Counter[str] = collections.Counter()
@@ -43,7 +43,7 @@ def test_three_sites_follow_capacity_under_concurrency() -> None:
     async def scenario() -> None:
         sites = {n: fake(n, slots=s, service_s=0.01) for n, s in (("a", 8), ("b", 8), ("c", 4))}
         async with running_grid(sites) as g:
-            g.gw.live.rng = Random(3)
+            g.gw.current.rng = Random(3)
             g.feed({"a": (0.0, 0.0, 8.0), "b": (0.0, 0.0, 8.0), "c": (0.0, 0.0, 4.0)})
             client = g.client()
             seen: collections.Counter[str] = collections.Counter()

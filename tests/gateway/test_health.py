@@ -30,12 +30,12 @@ def test_dead_backend_is_demoted_and_the_live_one_takes_the_traffic() -> None:
         sites = {"dead": closed_port(), "b": fake("b")}
         models = [{"name": MODEL, "policy": "first"}]
         async with running_grid(sites, health=health, local_site="dead", models=models) as g:
-            live = g.gw.live
-            assert {v.health for v in live.snapshot.views} == {Health.UNKNOWN}
-            await eventually(lambda: live.health.get("dead/dead") is Health.DOWN)
-            await eventually(lambda: live.health.get("b/b") is Health.UP)
+            current = g.gw.current
+            assert {v.health for v in current.snapshot.views} == {Health.UNKNOWN}
+            await eventually(lambda: current.health.get("dead/dead") is Health.DOWN)
+            await eventually(lambda: current.health.get("b/b") is Health.UP)
             g.feed({"dead": (0.0, 0.0, 8.0), "b": (0.0, 0.0, 8.0)})
-            view = live.snapshot.view("dead/dead")
+            view = current.snapshot.view("dead/dead")
             assert view is not None and view.demoted
             raw = await g.client().chat.completions.with_raw_response.create(
                 model=MODEL, messages=[{"role": "user", "content": "x"}]

@@ -16,14 +16,15 @@ import pytest
 from aiohttp import web
 
 from gridroute.core import Health
-from gridroute.local.fakeserver import create_app as fake_app
-from gridroute.local.fakeserver import start_fake_server
+from gridroute.fakeserver.server import create_app as fake_app
+from gridroute.fakeserver.server import start_fake_server
 from gridroute.operator.certs import init_certs
 from gridroute.operator.config import TLSFiles
 from gridroute.operator.config import parse_config as operator_config
 from gridroute.operator.service import Operator
 from gridroute.operator.tls import server_context
-from gridroute.wire.poller import PollResult, spiffe_id
+from gridroute.relay.poller import PollResult
+from gridroute.wire.identity import spiffe_id
 from tests.gateway.harness import MODEL, eventually, fake, run, running_grid
 
 CHAT = [{"role": "user", "content": "hello"}]
@@ -83,9 +84,9 @@ def test_mtls_backend_is_probed_and_proxied_over_mutual_tls(certs: Path) -> None
             async with running_grid(
                 sites, extra, health=health, local_site="nocert", models=models
             ) as g:
-                live = g.gw.live
-                await eventually(lambda: live.health.get("a/a") is Health.UP)
-                await eventually(lambda: live.health.get("nocert/nocert") is Health.DOWN)
+                current = g.gw.current
+                await eventually(lambda: current.health.get("a/a") is Health.UP)
+                await eventually(lambda: current.health.get("nocert/nocert") is Health.DOWN)
                 assert g.gw.prober.tracks["a/a"].last_error is None
                 assert g.gw.prober.tracks["nocert/nocert"].last_error
                 client = g.client()
@@ -193,7 +194,7 @@ def test_gateway_reads_its_operator_over_mutual_tls(certs: Path) -> None:
                 loop = g.gw.signals
                 assert loop is not None
                 await eventually(
-                    lambda: (v := g.gw.live.snapshot.view("hub/pool")) is not None and v.measured
+                    lambda: (v := g.gw.current.snapshot.view("hub/pool")) is not None and v.measured
                 )
                 assert loop.latest is not None and loop.latest.result is PollResult.OK
                 assert _poll_total(g, "ok") >= 1
@@ -227,7 +228,7 @@ def test_gateway_reads_its_operator_over_mutual_tls(certs: Path) -> None:
                     )
                     latest = g.gw.signals.latest if g.gw.signals is not None else None
                     assert latest is not None and latest.result is result, latest
-                    view = g.gw.live.snapshot.view("hub/pool")
+                    view = g.gw.current.snapshot.view("hub/pool")
                     assert view is not None and not view.measured
         finally:
             await op.stop()

@@ -146,7 +146,7 @@ def test_refusal_transitions_log_once(caplog: pytest.LogCaptureFixture) -> None:
             clock = [1000.0]
             g.gw.refusals.clock = lambda: clock[0]
             t = time.time()
-            g.gw.live.refresh([Sample("a", "a", t, running=0, ready=0.0)], {"a": t}, t)
+            g.gw.current.refresh([Sample("a", "a", t, running=0, ready=0.0)], {"a": t}, t)
             client = g.client()
             for _ in range(5):
                 with pytest.raises(Exception):  # noqa: B017 - 503, checked elsewhere
@@ -168,10 +168,10 @@ def test_refusal_transitions_log_once(caplog: pytest.LogCaptureFixture) -> None:
 def test_alternating_shed_and_routed_requests_log_one_line_and_raise_the_gauge() -> None:
     """gridroute past capacity sheds request by request: one transition line, gauge 1."""
     from gridroute.core import Outcome
-    from gridroute.gateway.refusals import RefusalLog
+    from gridroute.gateway.shedding_state import SheddingState
 
     clock = [0.0]
-    log_ = RefusalLog(hold_s=5.0, clock=lambda: clock[0])
+    log_ = SheddingState(hold_s=5.0, clock=lambda: clock[0])
     records: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda r: records.append(r.getMessage())  # type: ignore[method-assign]
@@ -201,10 +201,10 @@ def test_rho_gauges_and_status_read_the_core_formulas() -> None:
         ]
         async with running_grid({"a": fake("a"), "b": fake("b")}, models=models) as g:
             g.feed({"a": (4.0, 0.0, 10.0), "b": (5.0, 0.0, 10.0)})
-            live = g.gw.live
+            current = g.gw.current
             now = time.time()
-            live.own.start("a/a", now)
-            live.own.start("a/a", now)
+            current.own.start("a/a", now)
+            current.own.start("a/a", now)
             reg = g.gw.metrics.registry
 
             def gauge(name: str, site: str) -> float | None:
@@ -212,8 +212,8 @@ def test_rho_gauges_and_status_read_the_core_formulas() -> None:
                     f"grid_route_site_{name}", {"site": site, "cluster": site}
                 )
 
-            a = live.snapshot.view("a/a")
-            b = live.snapshot.view("b/b")
+            a = current.snapshot.view("a/a")
+            b = current.snapshot.view("b/b")
             assert a is not None and b is not None
             assert a.share == pytest.approx(0.05)  # no own load at the sample: the floor
             assert gauge("rho_counted", "a") == pytest.approx((4 + 2) / 10)
@@ -230,8 +230,8 @@ def test_rho_gauges_and_status_read_the_core_formulas() -> None:
             assert by["a"]["rho"] == pytest.approx(0.22)
             assert by["b"]["rho"] == pytest.approx(round(b.rho or 0.0, 4))
             assert by["a"]["weight"] == gauge("weight", "a")
-            live.own.end("a/a", time.time())
-            live.own.end("a/a", time.time())
+            current.own.end("a/a", time.time())
+            current.own.end("a/a", time.time())
             assert g.in_flight() == 0
 
     run(scenario)

@@ -96,7 +96,7 @@ def test_shed_answers_429_with_retry_after() -> None:
             for _ in range(20):
                 g.feed({"a": (40.0, 10.0, 10.0)})
                 await asyncio.sleep(0.002)
-            assert MODEL in g.gw.live.snapshot.shedding
+            assert MODEL in g.gw.current.snapshot.shedding
             async with aiohttp.ClientSession() as http:
                 body = json.dumps({"model": MODEL, "messages": CHAT})
                 async with http.post(g.url + "/v1/chat/completions", data=body) as r:
@@ -121,7 +121,7 @@ def test_no_ready_site_answers_503_no_healthy_site() -> None:
     async def scenario() -> None:
         async with running_grid({"a": fake("a")}) as g:
             t = time.time()
-            g.gw.live.refresh([Sample("a", "a", t, running=0, ready=0.0)], {"a": t}, t)
+            g.gw.current.refresh([Sample("a", "a", t, running=0, ready=0.0)], {"a": t}, t)
             client = g.client()
             with pytest.raises(openai.APIStatusError) as err:
                 await client.chat.completions.create(model=MODEL, messages=CHAT)

@@ -6,7 +6,7 @@ import time
 
 from gridroute.core import Live, Sample
 from gridroute.gateway.signals_loop import SignalsLoop
-from gridroute.wire.poller import PollOutcome, PollResult
+from gridroute.relay.poller import PollOutcome, PollResult
 from gridroute.wire.signals import Decoded, Received
 from tests.gateway.harness import fake, run, running_grid
 
@@ -31,22 +31,22 @@ def _ok(samples: list[Sample], rounds: dict[str, float]) -> PollOutcome:
 def test_good_read_refreshes_and_failed_read_keeps_the_snapshot() -> None:
     async def scenario() -> None:
         async with running_grid({"a": fake("a"), "b": fake("b")}, local_site="a") as g:
-            live = g.gw.live
+            current = g.gw.current
             now = time.time()
             samples = [
                 Sample("a", "a", now, running=1.0, waiting=0.0, ready=1.0, max_running=8.0),
                 Sample("b", "b", now, running=2.0, waiting=0.0, ready=1.0, max_running=8.0),
             ]
-            loop = SignalsLoop(_Script([]), lambda: live, "a", 1.0)
+            loop = SignalsLoop(_Script([]), lambda: current, "a", 1.0)
             loop.fold(_ok(samples, {"b": now}))
             assert loop.completed == 1
-            snap = live.snapshot
+            snap = current.snapshot
             view_a, view_b = snap.view("a/a"), snap.view("b/b")
             assert view_a is not None and view_a.live is Live.LIVE and view_a.capacity == 8.0
             assert view_b is not None and view_b.measured
             failed = PollOutcome("local", PollResult.UNREACHABLE, now, now, error="refused")
             loop.fold(failed)
             assert loop.completed == 2
-            assert live.snapshot is snap  # nothing changes on a failed poll
+            assert current.snapshot is snap  # nothing changes on a failed poll
 
     run(scenario)

@@ -21,13 +21,13 @@ from operator_fixtures import (
 from prometheus_client import CollectorRegistry
 
 from gridroute.operator.service import Operator
-from gridroute.wire.poller import (
+from gridroute.relay.poller import (
     LOCAL_LIMITS,
     PollMetrics,
     PollResult,
     SignalsClient,
-    spiffe_id,
 )
+from gridroute.wire.identity import spiffe_id
 
 RUNNING = {"hub": 2.0, "west": 5.0, "east": 7.0}
 

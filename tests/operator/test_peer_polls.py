@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from gridroute.operator.service import Operator
 from gridroute.operator.tls import server_context
-from gridroute.wire.poller import PollLimits, PollMetrics, PollOutcome, SignalsClient, spiffe_id
+from gridroute.relay.poller import PollLimits, PollMetrics, PollOutcome, SignalsClient
+from gridroute.wire.identity import spiffe_id
 from gridroute.wire.signals import PEER_MAX_LINES
 
 Respond = Callable[[float], tuple[list[str], bytes, int | None]]

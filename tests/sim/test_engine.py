@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gridroute.core import Policy
-from gridroute.sim.engine import Run, ideal_requests, run_scenario, split
+from gridroute.sim.engine import SimRun, ideal_requests, run_scenario, split
 from gridroute.sim.report import document
 from gridroute.sim.scenario import Scenario, parse_scenario
 
@@ -72,7 +72,7 @@ def test_gridroute_meets_the_targets_with_several_gateways(gateways: int | list[
     sc = parse_scenario(
         {"duration_s": TARGET_S, "clients": 256, "gateways": gateways, "policies": ["gridroute"]}
     )
-    row = Run(sc, Policy.GRIDROUTE, 256).run().row
+    row = SimRun(sc, Policy.GRIDROUTE, 256).run().row
     assert row["ideal_requests"] == 256 * 5 * TARGET_S
     assert row["requests"] >= 0.99 * row["ideal_requests"]
     assert row["overshoot"] <= 0.001 * row["requests"]
@@ -91,7 +91,7 @@ def test_past_capacity_with_shedding_refuses_the_excess() -> None:
             "availability": {"shedding": True},
         }
     )
-    row = Run(sc, Policy.GRIDROUTE, 384).run().row
+    row = SimRun(sc, Policy.GRIDROUTE, 384).run().row
     assert row["requests"] >= 0.98 * 1600 * TARGET_S
     assert row["shed"] > 0
     assert row["failed"] == 0
@@ -169,7 +169,7 @@ def test_gateway_inside_the_partition_keeps_to_its_own_site() -> None:
             "events": [{"at_s": 5, "until_s": 15, "partition": "east"}],
         }
     )
-    result = Run(sc, Policy.GRIDROUTE, 64).run()
+    result = SimRun(sc, Policy.GRIDROUTE, 64).run()
     # Requests it sent to hub or west before judging them silent time out, and their one
     # retry may pick the other unreachable site: those fail. Once both are judged silent,
     # everything stays at east (64 clients fit its 64 slots).

@@ -8,8 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gridroute.cli import app
+from gridroute.config import ConfigError
 from gridroute.core import Policy
-from gridroute.sim.scenario import ScenarioError, load_scenario, parse_scenario
+from gridroute.sim.scenario import load_scenario, parse_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 
@@ -61,7 +62,7 @@ def test_gateways_placed_round_robin_and_shares() -> None:
 def test_errors_name_file_field_and_reason(
     data: dict[str, object], field: str, reason: str
 ) -> None:
-    with pytest.raises(ScenarioError) as info:
+    with pytest.raises(ConfigError) as info:
         parse_scenario(data, "s.yaml")
     err = info.value
     assert (err.file, err.field) == ("s.yaml", field)
@@ -73,13 +74,13 @@ def test_errors_name_file_field_and_reason(
 def test_bad_yaml_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("sites: [\n")
-    with pytest.raises(ScenarioError, match=r"bad\.yaml: line \d+: invalid YAML"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml: line \d+: invalid YAML"):
         load_scenario(bad)
-    with pytest.raises(ScenarioError, match=r"nope\.yaml: \(file\): "):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: \(file\): "):
         load_scenario(tmp_path / "nope.yaml")
     listy = tmp_path / "list.yaml"
     listy.write_text("- 1\n")
-    with pytest.raises(ScenarioError, match=r"\(top level\): expected a mapping"):
+    with pytest.raises(ConfigError, match=r"\(top level\): expected a mapping"):
         load_scenario(listy)
 
 
@@ -89,4 +90,4 @@ def test_cli_reports_a_malformed_scenario_on_one_line_with_exit_2(tmp_path: Path
     result = CliRunner().invoke(app, ["sim", "run", str(bad)])
     assert result.exit_code == 2
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert lines == [f"error: {bad}: sites.0.slots: Input should be greater than 0"]
+    assert lines == [f"error: {bad}: sites.0.slots: Input should be greater than 0 (got -3)"]

@@ -17,7 +17,7 @@ local site: the time of this read). Times are seconds on one clock.
 from gridroute.core.accounting import AccountingError, OwnLoad
 from gridroute.core.affinity import AffinityTable
 from gridroute.core.candidate import Candidate, Health
-from gridroute.core.grid import GridState, Snapshot
+from gridroute.core.gridstate import GridState, Snapshot
 from gridroute.core.liveness import Live
 from gridroute.core.sample import Sample
 from gridroute.core.select import Decision, Outcome, Path, Policy, Reason, decide

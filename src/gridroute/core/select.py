@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from random import Random
 
-from gridroute.core.grid import Snapshot
+from gridroute.core.gridstate import Snapshot
 from gridroute.core.view import ModelPlan, SiteView
 
 TWO_SITE_SHARE = (0.1, 0.9)

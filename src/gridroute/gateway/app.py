@@ -29,10 +29,10 @@ an OpenAI-shaped 413, and it follows reloads."""
 
 async def list_models(request: web.Request) -> web.Response:
     gw: Gateway = request.app[GATEWAY]
-    snap = gw.live.snapshot
+    snap = gw.current.snapshot
     created = int(gw.started_at)
     data = []
-    for model in gw.live.routing.policies:
+    for model in gw.current.routing.policies:
         plan = snap.plan(model)
         if plan is not None and plan.front is not None:
             data.append(

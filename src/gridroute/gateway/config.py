@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gridroute.config import check_files, load, parse_yaml, validate
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
 
@@ -45,7 +45,7 @@ class TLSConfig(_Frozen):
         return self
 
 
-class OperatorConfig(_Frozen):
+class OperatorLink(_Frozen):
     """Where the gateway polls its site's operator for every site's load."""
 
     url: str
@@ -137,7 +137,7 @@ class LimitsConfig(_Frozen):
     """Most open connections to one backend (0: unbounded). Default: 1024."""
 
 
-class MetricsConfig(_Frozen):
+class MetricsListener(_Frozen):
     """The opt-in Prometheus listener."""
 
     listen: str | None = None
@@ -199,7 +199,7 @@ class GatewayConfig(_Frozen):
     local_site: str | None = None
     """Name of the site this gateway runs in: its candidates go first (the front) and use
     the local connect timeout. Default: none (every site is remote)."""
-    operator: OperatorConfig | None = None
+    operator: OperatorLink | None = None
     """The local operator. Default: none (no load signals: sites are picked by health
     and configured order only)."""
     sites: list[SiteConfig] = Field(min_length=1)
@@ -213,7 +213,7 @@ class GatewayConfig(_Frozen):
     """Backend timeouts. Default: all defaults."""
     limits: LimitsConfig = LimitsConfig()
     """Request limits. Default: all defaults."""
-    metrics: MetricsConfig = MetricsConfig()
+    metrics: MetricsListener = MetricsListener()
     """Prometheus listener. Default: off."""
     tracing: TracingConfig = TracingConfig()
     """OpenTelemetry tracing. Default: off."""
@@ -245,49 +245,35 @@ class GatewayConfig(_Frozen):
         return self
 
 
-class ConfigError(ValueError):
-    """A config file that cannot be used; the message names the file and the field."""
-
-
 def parse_config(text: str, source: str = "<config>") -> GatewayConfig:
     """Validate YAML text; errors name the source and the dotted field path."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping")
-    try:
-        return GatewayConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_describe(source, exc)) from exc
+    return validate(GatewayConfig, parse_yaml(text, source), source)
 
 
-def load_config(path: str | Path) -> GatewayConfig:
-    """Read and validate a config file."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from exc
-    return parse_config(text, str(p))
+def load_config(path: str | Path, *, files: bool = True) -> GatewayConfig:
+    """Read and validate a config file; with `files`, check that every file it names
+    (certificates, keys, CA bundles) exists and is readable, as a start-up must."""
+    cfg = load(path, GatewayConfig)
+    if files:
+        check_files(str(path), named_files(cfg))
+    return cfg
 
 
-def _describe(source: str, exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(part) for part in err["loc"])
-        msg = err["msg"]
-        if not loc:
-            # Cross-field checks name their own field at the start of the message.
-            lines.append(f"{source}: {msg.removeprefix('Value error, ')}")
-            continue
-        value = err.get("input")
-        shown = "" if isinstance(value, dict | list) else f" (got {value!r})"
-        lines.append(f"{source}: {loc}: {msg}{shown}")
-    return "\n".join(lines)
+def named_files(cfg: GatewayConfig) -> dict[str, str | None]:
+    """Every file the config points at, by dotted field path."""
+    files: dict[str, str | None] = {}
+
+    def tls(where: str, t: TLSConfig | None) -> None:
+        if t is not None:
+            files[f"{where}.ca_file"] = t.ca_file
+            files[f"{where}.cert_file"] = t.cert_file
+            files[f"{where}.key_file"] = t.key_file
+
+    if cfg.operator is not None:
+        tls("operator.tls", cfg.operator.tls)
+    for i, site in enumerate(cfg.sites):
+        tls(f"sites.{i}.tls", site.tls)
+    return files
 
 
 def json_schema() -> dict[str, object]:

@@ -2,7 +2,7 @@
 
 A backend starts `UNKNOWN`, which the core never demotes, so a gateway that just
 started does not push every request to a last resort before it has probed anything.
-Verdicts go to the live grid at once (`LiveGrid.set_health`), not at the next poll:
+Verdicts go to the live grid at once (`CurrentGrid.set_health`), not at the next poll:
 demotion of a dead backend should not wait for the operator.
 
 A probe is a GET of the backend's `health_path` through its own pool (same TLS, so a
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gridroute.core import Health
 from gridroute.gateway.backends import Backend, Backends
 from gridroute.gateway.config import HealthConfig
-from gridroute.gateway.live import LiveGrid
+from gridroute.gateway.current import CurrentGrid
 from gridroute.gateway.upstream import UpstreamError
 
 log = logging.getLogger("gridroute.gateway")
@@ -51,10 +51,12 @@ def step(track: _Track, ok: bool, rise: int, fall: int) -> Health:
 class HealthProber:
     """Probes every backend each `interval_s`, all at once; counts completed rounds."""
 
-    def __init__(self, cfg: HealthConfig, backends: Backends, live: Callable[[], LiveGrid]) -> None:
+    def __init__(
+        self, cfg: HealthConfig, backends: Backends, current: Callable[[], CurrentGrid]
+    ) -> None:
         self.cfg = cfg
         self.backends = backends
-        self._live = live
+        self._current = current
         self.tracks: dict[str, _Track] = {}
         self.rounds = 0
 
@@ -95,7 +97,7 @@ class HealthProber:
                     extra={"event": "health_transition", "key": key, "to": after.value},
                 )
         self.rounds += 1
-        self._live().set_health({k: t.verdict for k, t in self.tracks.items()})
+        self._current().set_health({k: t.verdict for k, t in self.tracks.items()})
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from gridroute.core import Decision, Health, Path
 from gridroute.gateway.backends import Backends
-from gridroute.gateway.live import LiveGrid
+from gridroute.gateway.current import CurrentGrid
 
 NAN = math.nan
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -36,16 +36,16 @@ class GridCollector(Collector):
     """Per-site gauges `{site,cluster}` and `grid_route_shedding{model}`, read at scrape."""
 
     def __init__(
-        self, live: Callable[[], LiveGrid], shedding: Callable[[str], bool] | None = None
+        self, current: Callable[[], CurrentGrid], shedding: Callable[[str], bool] | None = None
     ) -> None:
-        self._live = live
+        self._current = current
         self._shedding = shedding
         self._seen: set[tuple[str, str]] = set()
         self._models: set[str] = set()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        live = self._live()
-        snap = live.snapshot
+        current = self._current()
+        snap = current.snapshot
         labels = ["site", "cluster"]
         fams = {
             name: GaugeMetricFamily(f"grid_route_site_{name}", doc, labels=labels)
@@ -70,7 +70,7 @@ class GridCollector(Collector):
             )
         }
         now_seen: set[tuple[str, str]] = set()
-        for r in live.readings():
+        for r in current.readings():
             v = r.view
             lv = [v.site, v.provider]
             now_seen.add((v.site, v.provider))
@@ -91,7 +91,7 @@ class GridCollector(Collector):
         shed = GaugeMetricFamily(
             "grid_route_shedding", "1 while a model is shed (answered 429).", labels=["model"]
         )
-        self._models |= set(live.routing.policies)
+        self._models |= set(current.routing.policies)
         for model in sorted(self._models):
             now_shed = model in snap.shedding or (
                 self._shedding is not None and self._shedding(model)
@@ -176,11 +176,11 @@ class GatewayMetrics:
         self._dur: dict[tuple[str, int], Histogram] = {}
 
     def watch(
-        self, live: Callable[[], LiveGrid], shedding: Callable[[str], bool] | None = None
+        self, current: Callable[[], CurrentGrid], shedding: Callable[[str], bool] | None = None
     ) -> None:
         """Register the scrape-time per-site gauges of the (current) live grid;
         `shedding(model)` says whether the model refused requests recently."""
-        self.registry.register(GridCollector(live, shedding))
+        self.registry.register(GridCollector(current, shedding))
 
     def watch_pools(self, backends: Backends) -> None:
         """Register the scrape-time gauges of the backend pools."""

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from gridroute.core import Decision, Outcome, Policy, SiteView, Snapshot, decide
 from gridroute.gateway import upstream
-from gridroute.gateway.admission import admit
+from gridroute.gateway.admission_queue import admit
 from gridroute.gateway.runtime import GATEWAY, Gateway
 from gridroute.wire import openai_errors as errs
 
@@ -130,7 +130,7 @@ class _Retry(Exception):
 async def handle(request: web.Request) -> web.StreamResponse:
     """aiohttp handler of every routed OpenAI endpoint."""
     gw = request.app[GATEWAY]
-    clock = gw.live.clock
+    clock = gw.current.clock
     t0 = clock()
     if gw.draining:
         return error_response(503, errs.SHUTTING_DOWN, 1)
@@ -138,8 +138,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if isinstance(got, web.Response):
         return got
     body, model = got
-    live = gw.live
-    policy = live.routing.policies.get(model)
+    current = gw.current
+    policy = current.routing.policies.get(model)
     if policy is None:
         gw.metrics.duration("", 404, clock() - t0)
         return error_response(404, errs.MODEL_NOT_FOUND)
@@ -150,9 +150,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     status = 0
     attempts = 0
     session = request.headers.get(gw.affinity_header) if gw.affinity_header else None
-    preferred = live.affinity.get(session, t0) if session else None
+    preferred = current.affinity.get(session, t0) if session else None
     try:
-        d, snap = await admit(live, model, policy, affinity=preferred)
+        d, snap = await admit(current, model, policy, affinity=preferred)
         if session:
             gw.metrics.affinity(preferred, d)
         fwd = forward_headers(request)
@@ -175,7 +175,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 )
                 status = resp.status
                 if session and status < 500:
-                    live.affinity.put(session, view.key, clock())
+                    current.affinity.put(session, view.key, clock())
                 return resp
             except _Retry as r:
                 tried = tried | {view.key}
@@ -195,7 +195,7 @@ def _next(
 ) -> Decision | None:
     """Where a retry goes: another eligible site on the request's snapshot, or nowhere."""
     d = decide(
-        snap, model, gw.live.rng, policy, gw.live.own.counts, can_hold=False, exclude=exclude
+        snap, model, gw.current.rng, policy, gw.current.own.counts, can_hold=False, exclude=exclude
     )
     return d if d.outcome is Outcome.ROUTE and d.view is not None else None
 
@@ -213,12 +213,12 @@ async def _attempt(
     tried: frozenset[str],
 ) -> web.StreamResponse:
     """One attempt on one site; exactly one `own.end` for its `own.start`, on every path."""
-    live = gw.live
+    current = gw.current
     key = view.key
     may_retry = not tried
     backend = gw.backends.by_key.get(key)
-    own = live.own
-    own.start(key, live.clock())
+    own = current.own
+    own.start(key, current.clock())
     try:
         try:
             if backend is None:
@@ -247,8 +247,8 @@ async def _attempt(
         finally:
             up.release()
     finally:
-        own.end(key, live.clock())
-        live.changes.wake()
+        own.end(key, current.clock())
+        current.changes.wake()
 
 
 class _Answer(web.StreamResponse):

@@ -18,25 +18,26 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gridroute.config import ConfigError
 from gridroute.core import AffinityTable
 from gridroute.gateway.backends import Backends, ssl_context
-from gridroute.gateway.config import ConfigError, GatewayConfig, OperatorConfig, load_config
+from gridroute.gateway.config import GatewayConfig, OperatorLink, load_config
+from gridroute.gateway.current import CurrentGrid
 from gridroute.gateway.health import HealthProber
-from gridroute.gateway.live import LiveGrid
 from gridroute.gateway.metrics import GatewayMetrics
-from gridroute.gateway.refusals import RefusalLog
 from gridroute.gateway.routing import build_routing
+from gridroute.gateway.shedding_state import SheddingState
 from gridroute.gateway.signals_loop import SignalsLoop, SignalsSource
 from gridroute.gateway.status import DecisionHistory
 from gridroute.gateway.tracing import RequestTracer, make_tracer
-from gridroute.wire.poller import LOCAL_LIMITS, PollLimits, PollMetrics, SignalsClient
+from gridroute.relay.poller import LOCAL_LIMITS, PollLimits, PollMetrics, SignalsClient
 
 log = logging.getLogger("gridroute.gateway")
 
-SourceFactory = Callable[[OperatorConfig, PollMetrics], SignalsSource]
+SourceFactory = Callable[[OperatorLink, PollMetrics], SignalsSource]
 
 
-def operator_source(op: OperatorConfig, metrics: PollMetrics) -> SignalsSource:
+def operator_source(op: OperatorLink, metrics: PollMetrics) -> SignalsSource:
     """The bounded `/signals` client toward the local operator (the operator's own poller)."""
     ctx: ssl.SSLContext | None = None
     if op.tls is not None:
@@ -83,13 +84,13 @@ class Gateway:
         """This process's index among `workers` (each is a whole gateway)."""
         self.config_path = config_path
         self.routing = build_routing(cfg)
-        self.live = LiveGrid(self.routing, cfg.availability)
-        self.live.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
+        self.current = CurrentGrid(self.routing, cfg.availability)
+        self.current.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
         self.affinity_header = cfg.affinity.header
         self.backends = Backends()
         self.metrics = GatewayMetrics(registry)
-        self.refusals = RefusalLog()
-        self.metrics.watch(lambda: self.live, self.refusals.shedding)
+        self.refusals = SheddingState()
+        self.metrics.watch(lambda: self.current, self.refusals.shedding)
         self.metrics.watch_pools(self.backends)
         self.poll_metrics = PollMetrics(self.metrics.registry)
         self.tracer = tracer if tracer is not None else make_tracer(cfg.tracing)
@@ -100,7 +101,7 @@ class Gateway:
         self.last_reload_error: str | None = None
         self._source_factory = source_factory
         self.signals: SignalsLoop | None = None
-        self.prober = HealthProber(cfg.health, self.backends, lambda: self.live)
+        self.prober = HealthProber(cfg.health, self.backends, lambda: self.current)
         self.history = DecisionHistory()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -120,7 +121,7 @@ class Gateway:
 
     async def _record_history(self) -> None:
         while True:
-            self.history.record(self, self.live.clock())
+            self.history.record(self, self.current.clock())
             await asyncio.sleep(1.0)
 
     def _start_signals(self) -> None:
@@ -129,7 +130,7 @@ class Gateway:
             return
         source = self._source_factory(op, self.poll_metrics)
         self.signals = SignalsLoop(
-            source, lambda: self.live, self.cfg.local_site, op.poll_interval_s
+            source, lambda: self.current, self.cfg.local_site, op.poll_interval_s
         )
         self._tasks.append(asyncio.create_task(self.signals.run(), name="signals"))
 
@@ -154,10 +155,10 @@ class Gateway:
         await self.backends.sync(routing.backends)  # may raise: nothing adopted yet
         self.cfg = cfg
         self.routing = routing
-        self.live.reconfigure(self.routing, cfg.availability)
+        self.current.reconfigure(self.routing, cfg.availability)
         self.max_body = cfg.limits.max_body_bytes
         if cfg.affinity != old.affinity:
-            self.live.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
+            self.current.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
             self.affinity_header = cfg.affinity.header
         self.prober.cfg = cfg.health
         if cfg.tracing != old.tracing:

@@ -1,7 +1,7 @@
 """The one poll: read the local operator's `/signals` once per interval, publish a snapshot.
 
 The bounded client, its result metrics (`grid_signals_*`) and its transition logging
-are the operator's (`gridroute.wire.poller.SignalsClient`); this loop only paces it
+are the operator's (`gridroute.relay.poller.SignalsClient`); this loop only paces it
 and folds each good read into the live grid. A failed poll changes nothing: the
 snapshot stays, and since the local site is judged at the last good read, a stalled
 operator pauses the silence judgement instead of silencing every site.
@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from gridroute.gateway.live import LiveGrid
-from gridroute.wire.poller import PollOutcome, PollResult
+from gridroute.gateway.current import CurrentGrid
+from gridroute.relay.poller import PollOutcome, PollResult
 
 log = logging.getLogger("gridroute.gateway")
 
@@ -34,12 +34,12 @@ class SignalsLoop:
     def __init__(
         self,
         source: SignalsSource,
-        live: Callable[[], LiveGrid],
+        current: Callable[[], CurrentGrid],
         local_site: str | None,
         interval_s: float,
     ) -> None:
         self.source = source
-        self._live = live
+        self._current = current
         self.local_site = local_site
         self.interval_s = interval_s
         self.completed = 0
@@ -53,11 +53,11 @@ class SignalsLoop:
         decoded = outcome.decoded
         if outcome.result is not PollResult.OK or decoded is None:
             return
-        live = self._live()
+        current = self._current()
         rounds: dict[str, float | None] = dict(decoded.round_ends)
         if self.local_site is not None:
             rounds[self.local_site] = outcome.ended_at
-        live.refresh(decoded.samples, rounds, live.clock())
+        current.refresh(decoded.samples, rounds, current.clock())
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

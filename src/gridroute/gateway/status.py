@@ -1,7 +1,7 @@
 """`GET /grid/status`: the gateway's view of the grid as JSON, for dashboards and people.
 
 Per site: readiness, liveness (silence), health, rho reported, counted and ranked by
-(the same figures as the `grid_route_site_rho*` gauges, from `LiveGrid.readings`), learned
+(the same figures as the `grid_route_site_rho*` gauges, from `CurrentGrid.readings`), learned
 ceilings, capacity, draw weight, this gateway's in-flight and its share of the polled
 in-flight (the fair-share rule's); which worker answered; per model: shedding and
 the refusal class; decisions by path and by site and reason, in total and over the
@@ -54,10 +54,10 @@ class DecisionHistory:
 
 
 def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
-    live = gw.live
-    snap = live.snapshot
+    current = gw.current
+    snap = current.snapshot
     sites = []
-    for r in live.readings():
+    for r in current.readings():
         v = r.view
         sites.append(
             {
@@ -94,7 +94,7 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
             "shedding": m in snap.shedding or classes.get(m) == "shed",
             "state": classes.get(m, "routed"),
         }
-        for m, p in live.routing.policies.items()
+        for m, p in current.routing.policies.items()
     }
     poll: dict[str, Any] = {"configured": gw.signals is not None}
     if gw.signals is not None:
@@ -109,7 +109,7 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
         )
     return {
         "at": snap.at,
-        "snapshot_age_s": _num(live.clock() - snap.at),
+        "snapshot_age_s": _num(current.clock() - snap.at),
         "ready": gw.ready,
         "draining": gw.draining,
         "worker": {"index": gw.worker, "pid": os.getpid()},

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gridroute.wire.poller import spiffe_id
+from gridroute.wire.identity import spiffe_id
 
 VALID_DAYS = 365
 

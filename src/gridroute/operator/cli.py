@@ -21,8 +21,9 @@ def operator_command(
     """Run a site operator: scrape providers, poll peers, serve /signals."""
     import asyncio
 
+    from gridroute.config import ConfigError
     from gridroute.logs import setup_logging
-    from gridroute.operator.config import ConfigError, load_config
+    from gridroute.operator.config import load_config
     from gridroute.operator.service import Operator
 
     setup_logging(log_level)

@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from gridroute.config import ConfigError, check_files, load, validate
 from gridroute.wire.prometheus import MetricsFormat
 from gridroute.wire.signals import NAME_PATTERN
 
@@ -25,10 +25,6 @@ SCRAPE_INTERVAL_ENV = "GRID_SIGNALS_SCRAPE_INTERVAL_SECS"
 """Overrides `scrapeIntervalSeconds` (the seed's operator setting)."""
 
 Name = Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]
-
-
-class ConfigError(ValueError):
-    """An operator config that cannot be used; the message names file, field and value."""
 
 
 class _Model(BaseModel):
@@ -186,31 +182,46 @@ class OperatorConfig(_Model):
 
 def parse_config(data: Any, source: str = "operator.yaml") -> OperatorConfig:
     """Validate a loaded mapping, applying the scrape-interval environment override."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a mapping at the top level")
+    if isinstance(data, dict):
+        data = _env_override(data)
+    return validate(OperatorConfig, data, source)
+
+
+def _env_override(data: dict[str, Any]) -> dict[str, Any]:
     env = os.environ.get(SCRAPE_INTERVAL_ENV)
-    if env is not None:
-        try:
-            data = {**data, "scrapeIntervalSeconds": float(env)}
-        except ValueError:
-            raise ConfigError(f"{SCRAPE_INTERVAL_ENV}: not a number: {env!r}") from None
-        data.pop("scrape_interval_seconds", None)
+    if env is None:
+        return data
     try:
-        return OperatorConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            where = ".".join(str(part) for part in err["loc"]) or "(top level)"
-            shown = err["loc"] and "input" in err and err["type"] != "missing"
-            got = f" (got {str(repr(err['input']))[:80]})" if shown else ""
-            problems.append(f"{source}: {where}: {err['msg']}{got}")
-        raise ConfigError("\n".join(problems)) from None
+        value = float(env)
+    except ValueError:
+        raise ConfigError.one(
+            SCRAPE_INTERVAL_ENV, "(environment)", f"not a number: {env!r}"
+        ) from None
+    data = {**data, "scrapeIntervalSeconds": value}
+    data.pop("scrape_interval_seconds", None)
+    return data
 
 
-def load_config(path: Path) -> OperatorConfig:
-    """Read and validate `path`."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    return parse_config(data, str(path))
+def load_config(path: Path, *, files: bool = True) -> OperatorConfig:
+    """Read and validate `path`; with `files`, check that every file it names exists
+    and is readable, as a start-up must."""
+    cfg = load(path, OperatorConfig, _env_override)
+    if files:
+        check_files(str(path), named_files(cfg))
+    return cfg
+
+
+def named_files(cfg: OperatorConfig) -> dict[str, Path | None]:
+    """Every file the config points at, by field path (camelCase, as written)."""
+    files: dict[str, Path | None] = {}
+    if cfg.tls is not None:
+        t = cfg.tls
+        files |= {"tls.cert": t.cert, "tls.key": t.key, "tls.ca": t.ca}
+        files |= {"tls.clientCert": t.client_cert, "tls.clientKey": t.client_key}
+    for i, prov in enumerate(cfg.providers):
+        mc = prov.metrics_config
+        if mc is not None and mc.tls is not None:
+            where = f"providers.{i}.metricsConfig.tls"
+            files |= {f"{where}.ca": mc.tls.ca, f"{where}.cert": mc.tls.cert}
+            files |= {f"{where}.key": mc.tls.key}
+    return files

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gridroute.wire.poller import PollMetrics
+from gridroute.relay.poller import PollMetrics
 
 
 class OperatorMetrics:

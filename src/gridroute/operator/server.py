@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gridroute.wire.poller import TIME_HEADER
-from gridroute.wire.signals import CONTENT_TYPE
+from gridroute.wire.signals import CONTENT_TYPE, TIME_HEADER
 
 if TYPE_CHECKING:
     from gridroute.operator.service import Operator

@@ -31,7 +31,8 @@ from gridroute.operator.scrape import ProviderScraper
 from gridroute.operator.server import build_app
 from gridroute.operator.store import RelayStore
 from gridroute.operator.tls import client_context, server_context
-from gridroute.wire.poller import PollLimits, SignalsClient, poll_all, spiffe_id
+from gridroute.relay.poller import PollLimits, SignalsClient, poll_all
+from gridroute.wire.identity import spiffe_id
 
 log = logging.getLogger(__name__)
 

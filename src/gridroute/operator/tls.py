@@ -3,7 +3,7 @@
 The listener requires a client certificate chained to the site CA (CERT_REQUIRED);
 the poller presents this site's client certificate and requires the peer's chain to
 verify (TLS 1.2 at most, see `client_ssl_context`). Host names are not checked: the
-poller checks the URI SAN (`gridroute.wire.poller.spiffe_id`) instead, as SPIFFE
+poller checks the URI SAN (`gridroute.relay.poller.spiffe_id`) instead, as SPIFFE
 prescribes.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import ssl
 
 from gridroute.operator.config import TLSFiles
-from gridroute.wire.poller import client_ssl_context
+from gridroute.relay.poller import client_ssl_context
 
 
 def server_context(tls: TLSFiles) -> ssl.SSLContext:

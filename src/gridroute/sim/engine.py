@@ -83,7 +83,7 @@ def ideal_requests(scenario: Scenario, clients: int) -> int:
     return round(total)
 
 
-class Run:
+class SimRun:
     """One simulation of `scenario` under `policy` with `clients` clients."""
 
     def __init__(self, scenario: Scenario, policy: Policy, clients: int) -> None:
@@ -393,7 +393,7 @@ def run_scenario(
     results: list[RunResult] = []
     for clients in scenario.client_counts:
         for policy in scenario.policies:
-            result = Run(scenario, policy, clients).run()
+            result = SimRun(scenario, policy, clients).run()
             results.append(result)
             if on_row is not None:
                 on_row(result)

@@ -8,7 +8,7 @@ policies side by side. `availability` is the core's own `AvailabilitySettings`, 
 simulator and the gateway read one definition of every selection default.
 
 `load_scenario` turns every failure (unreadable file, bad YAML, a field out of range)
-into one `ScenarioError` that names the file, the field and the reason, because the
+into one `ConfigError` (gridroute.config) that names the file, the field and the reason, because the
 person reading it is editing that file.
 """
 
@@ -18,32 +18,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Discriminator,
     Field,
     Tag,
-    ValidationError,
     model_validator,
 )
 
+from gridroute.config import load, validate
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 _NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot run: `file: field: reason`, on one line."""
-
-    def __init__(self, file: str, field: str, reason: str) -> None:
-        self.file = file
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{file}: {field}: {reason}")
 
 
 class ServiceSpec(BaseModel):
@@ -60,7 +49,7 @@ class ServiceSpec(BaseModel):
     """Lognormal shape (std-dev of the underlying normal); the mean stays `mean_s`."""
 
 
-class SiteSpec(BaseModel):
+class ScenarioSite(BaseModel):
     """One site: a pool of slots with a FIFO queue past full."""
 
     model_config = _CONFIG
@@ -154,11 +143,11 @@ EventSpec = Annotated[
 ]
 
 
-def _seed_sites() -> list[SiteSpec]:
+def _seed_sites() -> list[ScenarioSite]:
     return [
-        SiteSpec(name="hub", slots=128),
-        SiteSpec(name="west", slots=128),
-        SiteSpec(name="east", slots=64),
+        ScenarioSite(name="hub", slots=128),
+        ScenarioSite(name="west", slots=128),
+        ScenarioSite(name="east", slots=64),
     ]
 
 
@@ -179,7 +168,7 @@ class Scenario(BaseModel):
     """Width of the sliding window for the peak-window share."""
     service: ServiceSpec = Field(default_factory=ServiceSpec)
     """Service-time distribution shared by every site (scaled per site)."""
-    sites: list[SiteSpec] = Field(default_factory=_seed_sites, min_length=1)
+    sites: list[ScenarioSite] = Field(default_factory=_seed_sites, min_length=1)
     """Sites in config order; a gateway lists its own site first, then these in order."""
     gateways: int | list[float] = 1
     """Number of gateways sharing the clients equally, or each gateway's client share
@@ -275,45 +264,11 @@ def _known(values: Sequence[str], names: Sequence[str], where: str) -> None:
             raise ValueError(f"{where}: unknown site {v!r} (sites: {', '.join(names)})")
 
 
-def _field(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
-
-
 def parse_scenario(data: Any, file: str = "<scenario>") -> Scenario:
-    """Validate already-loaded data; the first problem becomes a `ScenarioError`."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ScenarioError(file, "(top level)", f"expected a mapping, got {type(data).__name__}")
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        loc = tuple(err["loc"])
-        field = _field(loc)
-        # Cross-field checks name their field in the message ("sites: ..."); lift it out.
-        head, sep, rest = msg.partition(": ")
-        if not loc and sep and " " not in head:
-            field, msg = head, rest
-        more = len(exc.errors()) - 1
-        if more:
-            msg += f" (and {more} more)"
-        raise ScenarioError(file, field, msg) from exc
+    """Validate already-loaded data; problems become one `ConfigError`."""
+    return validate(Scenario, {} if data is None else data, file)
 
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
-    file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(file, "(file)", exc.strerror or str(exc)) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "(yaml)"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(file, where, f"invalid YAML: {problem}") from exc
-    return parse_scenario(data, file)
+    return load(path, Scenario)

@@ -59,6 +59,8 @@ NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 NAME_RE = re.compile(NAME_PATTERN)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TIME_HEADER = "X-Grid-Time"
+"""Responder's clock in seconds with milliseconds; refines Date's one-second resolution."""
 ROUND_END = "grid_signals_poll_round_end_timestamp_seconds"
 
 # Sample attribute -> series name, in the order lines are written.

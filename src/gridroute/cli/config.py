@@ -1,0 +1,156 @@
+"""`gridroute config check FILE` and `gridroute config schema [KIND]`, for every kind.
+
+`check` recognises what a file is (gateway, operator or scenario) from its top-level
+keys, validates it with that kind's model through the one loader in
+`gridroute.config`, and checks that every file it names exists and is readable, so a
+process started later does not die on the first missing certificate. It lives above
+the process packages because it knows every kind of file they read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel
+
+from gridroute.config import ConfigError, read_mapping
+
+app = typer.Typer(no_args_is_help=True, help="Config files of every kind: schemas and checks.")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of config file: its model, its loader and a one-line summary."""
+
+    name: str
+    model: Callable[[], type[BaseModel]]
+    load: Callable[[Path], Any]
+    summary: Callable[[Any], str]
+
+
+def _gateway_model() -> type[BaseModel]:
+    from gridroute.gateway.config import GatewayConfig
+
+    return GatewayConfig
+
+
+def _gateway_load(path: Path) -> Any:
+    from gridroute.gateway.config import load_config
+
+    return load_config(path)
+
+
+def _gateway_summary(cfg: Any) -> str:
+    sites = ", ".join(s.key for s in cfg.sites)
+    return f"gateway config, {len(cfg.models)} models, sites {sites}"
+
+
+def _operator_model() -> type[BaseModel]:
+    from gridroute.operator.config import OperatorConfig
+
+    return OperatorConfig
+
+
+def _operator_load(path: Path) -> Any:
+    from gridroute.operator.config import load_config
+
+    return load_config(path)
+
+
+def _operator_summary(cfg: Any) -> str:
+    return (
+        f"operator config, site {cfg.site}, {len(cfg.providers)} providers, {len(cfg.peers)} peers"
+    )
+
+
+def _scenario_model() -> type[BaseModel]:
+    from gridroute.sim.scenario import Scenario
+
+    return Scenario
+
+
+def _scenario_load(path: Path) -> Any:
+    from gridroute.sim.scenario import load_scenario
+
+    return load_scenario(path)
+
+
+def _scenario_summary(sc: Any) -> str:
+    return f"scenario {sc.name!r}, {len(sc.sites)} sites, {sc.duration_s:g} s"
+
+
+KINDS: dict[str, Kind] = {
+    "gateway": Kind("gateway", _gateway_model, _gateway_load, _gateway_summary),
+    "operator": Kind("operator", _operator_model, _operator_load, _operator_summary),
+    "scenario": Kind("scenario", _scenario_model, _scenario_load, _scenario_summary),
+}
+
+
+def _keys(model: type[BaseModel]) -> set[str]:
+    keys = set()
+    for name, info in model.model_fields.items():
+        keys.add(name)
+        if info.alias:
+            keys.add(info.alias)
+    return keys
+
+
+def detect(data: dict[str, Any]) -> str | None:
+    """The kind whose model knows the most of the file's top-level keys (None: no match).
+
+    Ties go to the kind with fewer unknown keys; a file whose keys no kind knows is
+    not guessed at.
+    """
+    best: tuple[int, int, str] | None = None
+    for name, kind in KINDS.items():
+        known = _keys(kind.model())
+        hits = sum(1 for k in data if k in known)
+        misses = len(data) - hits
+        if hits and (best is None or (hits, -misses) > (best[0], best[1])):
+            best = (hits, -misses, name)
+    return None if best is None else best[2]
+
+
+@app.command("check")
+def check(
+    file: Annotated[Path, typer.Argument(help="A gateway, operator or scenario YAML file.")],
+    kind: Annotated[
+        str | None,
+        typer.Option(help="gateway, operator or scenario (default: recognised from the keys)."),
+    ] = None,
+) -> None:
+    """Validate a config file of any kind; name the field of every error (exit status 2)."""
+    try:
+        if kind is None:
+            kind = detect(read_mapping(file))
+            if kind is None:
+                raise ConfigError.one(
+                    str(file),
+                    "(top level)",
+                    "not a gateway, operator or scenario file (no known keys); "
+                    "pass --kind to say which",
+                )
+        if kind not in KINDS:
+            typer.echo(f"--kind: one of {', '.join(KINDS)}, got {kind!r}", err=True)
+            raise typer.Exit(2)
+        loaded = KINDS[kind].load(file)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{file}: ok ({KINDS[kind].summary(loaded)})")
+
+
+@app.command("schema")
+def schema(
+    kind: Annotated[str, typer.Argument(help="gateway, operator or scenario.")] = "gateway",
+) -> None:
+    """Print the JSON Schema of one kind of config file."""
+    if kind not in KINDS:
+        typer.echo(f"KIND: one of {', '.join(KINDS)}, got {kind!r}", err=True)
+        raise typer.Exit(2)
+    typer.echo(json.dumps(KINDS[kind].model().model_json_schema(), indent=2))
