@@ -1,0 +1,82 @@
+"""`gridroute config check` recognises each kind of file and names every problem."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gridroute.cli import app
+from gridroute.operator.certs import init_certs
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def check(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, ["config", "check", *args])
+    return res.exit_code, res.output
+
+
+@pytest.fixture
+def in_certs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory holding out/certs, as after `gridroute certs init`."""
+    init_certs(tmp_path / "out" / "certs", ["hub", "west", "east"])
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_each_kind_is_recognised(in_certs_dir: Path) -> None:
+    code, out = check(str(EXAMPLES / "gateway.yaml"))
+    assert code == 0 and "gateway config" in out, out
+    code, out = check(str(EXAMPLES / "operator-west.yaml"))
+    assert code == 0 and "operator config, site west" in out, out
+    code, out = check(str(EXAMPLES / "scenarios" / "seed-partition.yaml"))
+    assert code == 0 and "scenario" in out, out
+
+
+def test_an_operator_file_gets_operator_errors_not_gateway_ones(tmp_path: Path) -> None:
+    bad = tmp_path / "op.yaml"
+    bad.write_text(
+        "site: hub\nlisten: 127.0.0.1:9443\ntrustDomain: gridroute.local\n"
+        "providers: [{name: p, models: [m], backendUrl: 'http://x', maxRunning: -1}]\n"
+    )
+    code, out = check(str(bad))
+    assert code == 2
+    lines = out.strip().splitlines()
+    assert lines == [f"{bad}: providers.0.maxRunning: Input should be greater than 0 (got -1)"]
+
+
+def test_every_missing_file_is_named_with_its_field(tmp_path: Path) -> None:
+    # Run from a directory without out/certs, as a user started in the wrong place.
+    code, out = check(str(EXAMPLES / "operator-hub.yaml"))
+    assert code == 2
+    assert "tls.cert: no such file: out/certs/hub/server.crt" in out
+    assert "tls.ca: no such file: out/certs/ca.crt" in out
+    assert "Traceback" not in out
+
+
+def test_unknown_files_and_kinds_are_refused(tmp_path: Path) -> None:
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("colour: blue\n")
+    code, out = check(str(odd))
+    assert code == 2 and "pass --kind" in out
+    code, out = check(str(odd), "--kind", "nonsense")
+    assert code == 2 and "--kind: one of gateway, operator, scenario" in out
+    code, out = check(str(tmp_path / "absent.yaml"))
+    assert code == 2 and "no such file" in out
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n")
+    code, out = check(str(listy))
+    assert code == 2 and "(top level): expected a mapping" in out
+
+
+def test_forced_kind_validates_as_that_kind(tmp_path: Path) -> None:
+    sc = tmp_path / "s.yaml"
+    sc.write_text("clients: 64\n")
+    code, out = check(str(sc), "--kind", "gateway")
+    assert code == 2 and "sites: Field required" in out
+
+
+def test_schema_of_every_kind() -> None:
+    for kind in ("gateway", "operator", "scenario"):
+        res = CliRunner().invoke(app, ["config", "schema", kind])
+        assert res.exit_code == 0 and '"properties"' in res.output
