@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gridroute.config import check_files, load, parse_yaml, validate
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.relay.nats_link import SignalsTransport
 
 MIB = 1024 * 1024
 
@@ -202,6 +203,10 @@ class GatewayConfig(_Frozen):
     operator: OperatorLink | None = None
     """The local operator. Default: none (no load signals: sites are picked by health
     and configured order only)."""
+    signals: SignalsTransport = SignalsTransport()
+    """Where site readings come from: `transport: mesh` (poll `operator`, the default)
+    or `transport: nats` (subscribe to every site's subject; `operator` is not polled).
+    Default: mesh."""
     sites: list[SiteConfig] = Field(min_length=1)
     """Backends, in preference order after the local site. Required."""
     models: list[ModelConfig] = Field(min_length=1)
@@ -273,6 +278,11 @@ def named_files(cfg: GatewayConfig) -> dict[str, str | None]:
         tls("operator.tls", cfg.operator.tls)
     for i, site in enumerate(cfg.sites):
         tls(f"sites.{i}.tls", site.tls)
+    if cfg.signals.nats is not None:
+        files |= {
+            k: None if v is None else str(v)
+            for k, v in cfg.signals.nats.files("signals.nats").items()
+        }
     return files
 
 

@@ -30,6 +30,8 @@ from gridroute.gateway.shedding_state import SheddingState
 from gridroute.gateway.signals_loop import SignalsLoop, SignalsSource
 from gridroute.gateway.status import DecisionHistory
 from gridroute.gateway.tracing import RequestTracer, make_tracer
+from gridroute.relay.nats_link import Transport
+from gridroute.relay.nats_source import NatsSignalsSource
 from gridroute.relay.poller import LOCAL_LIMITS, PollLimits, PollMetrics, SignalsClient
 
 log = logging.getLogger("gridroute.gateway")
@@ -126,12 +128,17 @@ class Gateway:
 
     def _start_signals(self) -> None:
         op = self.cfg.operator
-        if op is None:
+        nats = self.cfg.signals.nats if self.cfg.signals.transport is Transport.NATS else None
+        source: SignalsSource
+        if nats is not None:
+            source = NatsSignalsSource(nats, metrics=self.poll_metrics, limits=LOCAL_LIMITS)
+            interval_s = op.poll_interval_s if op is not None else 1.0
+        elif op is not None:
+            source = self._source_factory(op, self.poll_metrics)
+            interval_s = op.poll_interval_s
+        else:
             return
-        source = self._source_factory(op, self.poll_metrics)
-        self.signals = SignalsLoop(
-            source, lambda: self.current, self.cfg.local_site, op.poll_interval_s
-        )
+        self.signals = SignalsLoop(source, lambda: self.current, self.cfg.local_site, interval_s)
         self._tasks.append(asyncio.create_task(self.signals.run(), name="signals"))
 
     async def stop(self) -> None:
@@ -163,7 +170,11 @@ class Gateway:
         self.prober.cfg = cfg.health
         if cfg.tracing != old.tracing:
             self.tracer = make_tracer(cfg.tracing)
-        if cfg.operator != old.operator or cfg.local_site != old.local_site:
+        if (cfg.operator, cfg.signals, cfg.local_site) != (
+            old.operator,
+            old.signals,
+            old.local_site,
+        ):
             if self.signals is not None:
                 task = next(t for t in self._tasks if t.get_name() == "signals")
                 task.cancel()

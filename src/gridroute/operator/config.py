@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from gridroute.config import ConfigError, check_files, load, validate
+from gridroute.relay.nats_link import SignalsTransport
 from gridroute.wire.prometheus import MetricsFormat
 from gridroute.wire.signals import NAME_PATTERN
 
@@ -126,7 +127,10 @@ class OperatorConfig(_Model):
     """Mutual TLS for serving and polling. Without it the listener is plain HTTP and peer
     identity is not checked (demos on one machine only)."""
     peers: list[PeerConfig] = []
-    """Peer operators to poll."""
+    """Peer operators to poll (the mesh transport)."""
+    signals: SignalsTransport = SignalsTransport()
+    """`transport: nats` publishes this site's own newest rows on `<prefix>.<site>` after
+    every scrape, for gateways that subscribe (docs/signals.md, "NATS"). Default: mesh."""
     providers: list[ProviderConfig] = []
     """This site's providers."""
     scrape_interval_seconds: float = Field(1.0, gt=0)
@@ -224,4 +228,6 @@ def named_files(cfg: OperatorConfig) -> dict[str, Path | None]:
             where = f"providers.{i}.metricsConfig.tls"
             files |= {f"{where}.ca": mc.tls.ca, f"{where}.cert": mc.tls.cert}
             files |= {f"{where}.key": mc.tls.key}
+    if cfg.signals.nats is not None:
+        files |= cfg.signals.nats.files("signals.nats")
     return files

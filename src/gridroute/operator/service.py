@@ -31,6 +31,8 @@ from gridroute.operator.scrape import ProviderScraper
 from gridroute.operator.server import build_app
 from gridroute.operator.store import RelayStore
 from gridroute.operator.tls import client_context, server_context
+from gridroute.relay.nats_link import Transport
+from gridroute.relay.nats_publisher import NatsPublisher, PublishMetrics
 from gridroute.relay.poller import PollLimits, SignalsClient, poll_all
 from gridroute.wire.identity import spiffe_id
 
@@ -81,6 +83,14 @@ class Operator:
             )
             for peer in config.peers
         ]
+        nats = config.signals.nats if config.signals.transport is Transport.NATS else None
+        self.publisher = (
+            NatsPublisher(
+                nats, config.site, metrics=PublishMetrics(self.metrics.registry), clock=clock
+            )
+            if nats is not None
+            else None
+        )
         self.rounds = 0
         self.started_at: float | None = None
         self._runner: web.AppRunner | None = None
@@ -121,6 +131,8 @@ class Operator:
         self._tasks = []
         for client in self.peers:
             await client.close()
+        if self.publisher is not None:
+            await self.publisher.close()
         if self._session is not None:
             await self._session.close()
         if self._runner is not None:
@@ -157,6 +169,9 @@ class Operator:
             if sample is not None:
                 self.store.add_local(sample)
                 self.learning[scraper.provider.name].add(sample)
+        if self.publisher is not None:
+            own = self.store.encode(self.clock(), own_only=True, latest_only=True)
+            await self.publisher.publish(own.body)
 
     async def poll_round(self) -> None:
         """Poll every peer once, concurrently; record accepted rows and round ends."""

@@ -1,0 +1,233 @@
+"""The gateway's signals source over NATS: subscribe to every site's subject, read as a poll.
+
+Each operator publishes its own newest sample on `<prefix>.<site>` (relay format,
+`wire/signals.py`, with the publisher's clock in `X-Grid-Time`). This source keeps the
+last few samples per provider as messages arrive and answers `poll()` like the mesh's
+`SignalsClient`, so the gateway's signals loop, the core and every silence rule stay
+the same:
+
+* `poll()` first makes a round trip to the server (`flush`: PING/PONG). It proves the
+  subscription is live and that every message the server had for us has arrived. A
+  failed round trip (disconnected, stalled) is `unreachable`, and the loop changes
+  nothing, which pauses the silence judgement instead of silencing every site.
+* A good read returns every stored sample and judges every site heard from at this
+  read (`round_ends[site] = now`), as an operator judges a peer at the end of the
+  round that tried it: a site whose operator stopped publishing ages out of its
+  window and goes silent; it comes back after two new samples, as on the mesh.
+* Rows are decoded with `expected_site` = the subject's site, so a row naming another
+  site is dropped as `site_mismatch` and counted, even if the server's permissions
+  were misconfigured. Bodies over the read limit and rows of providers past the cap
+  are dropped the same way as on the mesh.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+from gridroute.relay.nats_link import NatsLink, connect_options
+from gridroute.relay.poller import (
+    OFFSET_JUMP_S,
+    PollLimits,
+    PollMetrics,
+    PollOutcome,
+    PollResult,
+)
+from gridroute.wire.signals import (
+    NAME_RE,
+    READ_LIMIT_BYTES,
+    TIME_HEADER,
+    Decoded,
+    DropReason,
+    Received,
+    decode_relay,
+)
+
+log = logging.getLogger(__name__)
+
+SAMPLES_PER_PROVIDER = 8
+"""Samples kept per provider, as many as an operator relays on the mesh."""
+MAX_SITES = 4096
+"""Sites accepted; a message from a site past this is dropped as `cap`."""
+
+
+class NatsSignalsSource:
+    """Reads every site's rows from NATS; `poll()` answers like a `/signals` poll."""
+
+    def __init__(
+        self,
+        link: NatsLink,
+        *,
+        metrics: PollMetrics,
+        name: str = "gridroute-gateway",
+        limits: PollLimits | None = None,
+        clock: Callable[[], float] = time.time,
+        logger: logging.Logger = log,
+    ) -> None:
+        self.link = link
+        self.target = "nats"
+        self.name = name
+        self.limits = limits or PollLimits(max_lines=32_768)
+        self._metrics = metrics
+        self._clock = clock
+        self._log = logger
+        self._nc: Any = None
+        self._samples: dict[tuple[str, str], deque[Received]] = {}
+        self._offsets: dict[str, float] = {}
+        self._dropped: Counter[str] = Counter()
+        self._bytes = 0
+        self.messages = 0
+        """Messages accepted since start (for tests and /grid/status)."""
+        self.failing = False
+        self.latest: PollOutcome | None = None
+
+    # --- connection -------------------------------------------------------------------
+
+    async def _connect(self) -> Any:
+        if self._nc is not None and not self._nc.is_closed:
+            return self._nc
+        import nats  # the optional transport: imported only when it is configured
+
+        nc = await nats.connect(
+            **connect_options(self.link, self.name),
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+        )
+        await nc.subscribe(f"{self.link.subject_prefix}.*", cb=self._on_message)
+        self._nc = nc
+        return nc
+
+    async def _on_error(self, exc: Exception) -> None:
+        self._log.debug("nats: %s", exc)
+
+    async def _on_disconnected(self) -> None:
+        self._log.info("nats: disconnected; reconnecting")
+
+    async def _on_reconnected(self) -> None:
+        self._log.info("nats: reconnected to %s", getattr(self._nc, "connected_url", "?"))
+
+    async def close(self) -> None:
+        if self._nc is not None:
+            try:
+                await self._nc.close()
+            finally:
+                self._nc = None
+
+    # --- messages ---------------------------------------------------------------------
+
+    async def _on_message(self, msg: Any) -> None:
+        self.ingest(msg.subject, msg.data, msg.headers or {})
+
+    def ingest(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
+        """Fold one message into the store (synchronous: the pure part of a message)."""
+        prefix, _, site = subject.rpartition(".")
+        if prefix != self.link.subject_prefix or not NAME_RE.fullmatch(site):
+            self._dropped[DropReason.SITE_MISMATCH.value] += 1
+            return
+        if len(data) > min(self.limits.read_limit_bytes, READ_LIMIT_BYTES):
+            self._dropped["too_large"] += 1
+            return
+        try:
+            sent = float(headers.get(TIME_HEADER, ""))
+        except ValueError:
+            self._dropped["no_date"] += 1
+            return
+        if site not in self._offsets and len(self._offsets) >= MAX_SITES:
+            self._dropped[DropReason.CAP.value] += 1
+            return
+        received_at = self._clock()
+        offset = self._steady_offset(site, received_at - sent)
+        decoded = decode_relay(
+            data,
+            date=sent,
+            offset=offset,
+            expected_site=site,
+            max_lines=self.limits.max_lines,
+            max_providers=self.limits.max_providers,
+        )
+        for reason, count in decoded.dropped.items():
+            self._dropped[str(reason)] += count
+        self._bytes += len(data)
+        self.messages += 1
+        for rec in decoded.received:
+            key = (rec.sample.site, rec.sample.provider)
+            kept = self._samples.get(key)
+            if kept is None:
+                kept = self._samples[key] = deque(maxlen=SAMPLES_PER_PROVIDER)
+            if kept and kept[-1].stamp_ms >= rec.stamp_ms:
+                continue  # a repeat or an older sample: the newest stands
+            kept.append(rec)
+
+    def _steady_offset(self, site: str, observed: float) -> float:
+        """One offset per site, moved only down or by a clock step (as the mesh poller)."""
+        held = self._offsets.get(site)
+        if held is None or observed < held or observed > held + OFFSET_JUMP_S:
+            self._offsets[site] = observed
+            return observed
+        return held
+
+    # --- the poll ---------------------------------------------------------------------
+
+    async def poll(self) -> PollOutcome:
+        """A round trip to the server, then every stored row; never raises."""
+        started = self._clock()
+        try:
+            nc = await self._connect()
+            await nc.flush(timeout=self.link.flush_timeout_s)
+        except Exception as exc:  # every client failure is one result: unreachable
+            outcome = PollOutcome(
+                self.target,
+                PollResult.UNREACHABLE,
+                started,
+                self._clock(),
+                error=f"{type(exc).__name__}: {exc}".strip().rstrip(":"),
+            )
+            self._record(outcome)
+            return outcome
+        ended = self._clock()
+        received = tuple(r for kept in self._samples.values() for r in kept)
+        sites = {site for site, _ in self._samples}
+        dropped = dict(self._dropped)
+        self._dropped.clear()
+        decoded = Decoded(
+            received=received,
+            round_ends=dict.fromkeys(sites, ended),
+            dropped={DropReason(k): v for k, v in dropped.items() if k in _DROP_VALUES},
+            lines=len(received),
+        )
+        outcome = PollOutcome(
+            self.target,
+            PollResult.OK,
+            started,
+            ended,
+            decoded=decoded,
+            body_bytes=self._bytes,
+            dropped=dropped,
+        )
+        self._bytes = 0
+        self._record(outcome)
+        return outcome
+
+    def _record(self, outcome: PollOutcome) -> None:
+        m = self._metrics
+        m.polls.labels(self.target, outcome.result.value).inc()
+        if outcome.body_bytes:
+            m.response_bytes.labels(self.target).set(outcome.body_bytes)
+        for reason, count in outcome.dropped.items():
+            m.dropped.labels(self.target, reason).inc(count)
+        self.latest = outcome
+        if outcome.result is PollResult.OK:
+            m.last_success.labels(self.target).set(outcome.ended_at)
+            if self.failing:
+                self.failing = False
+                self._log.info("signals from nats recovered")
+        elif not self.failing:
+            self.failing = True
+            self._log.warning("signals from nats failing: %s", outcome.error)
+
+
+_DROP_VALUES = {r.value for r in DropReason}
