@@ -43,12 +43,18 @@ def password_of(user: str) -> str:
     return f"pw-{user}"
 
 
-def _authorization(sites: list[str], prefix: str) -> str:
+def _authorization(sites: list[str], prefix: str, fleet_users: list[str]) -> str:
     users = [
         f'    {{ user: "{site}", password: "{password_of(site)}", '
         f'permissions: {{ publish: {{ allow: ["{prefix}.{site}"] }}, '
         f'subscribe: {{ deny: [">"] }} }} }}'
         for site in sites
+    ]
+    users += [
+        f'    {{ user: "{user}", password: "{password_of(user)}", '
+        f'permissions: {{ publish: {{ allow: ["{prefix}.*"] }}, '
+        f'subscribe: {{ deny: [">"] }} }} }}'
+        for user in fleet_users
     ]
     users.append(
         f'    {{ user: "{READER}", password: "{password_of(READER)}", '
@@ -82,6 +88,8 @@ class NatsCluster:
     sites: list[str]
     prefix: str = "gridroute.signals"
     size: int = 1
+    fleet_users: list[str] = field(default_factory=list)
+    """Users that may publish for every site: a benchmark's many simulated sites."""
     nodes: list[NatsNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -114,7 +122,7 @@ class NatsCluster:
 
     def _config(self, node: NatsNode) -> str:
         text = f'server_name: "{node.name}"\nlisten: "{LOOPBACK}:{node.port}"\n'
-        text += _authorization(self.sites, self.prefix)
+        text += _authorization(self.sites, self.prefix, self.fleet_users)
         if self.size > 1:
             routes = ", ".join(
                 f'"nats-route://{LOOPBACK}:{n.cluster_port}"' for n in self.nodes if n is not node
