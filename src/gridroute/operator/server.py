@@ -3,7 +3,9 @@
 `GET /signals` serves every row this operator knows (own providers, peers' accepted
 rows, each peer's last poll-round end) with a `Date` header from the operator's
 clock. Query parameters: `scope=own` (what peers ask for: only this site's rows),
-`latest=1` (one sample per provider: a strictly valid Prometheus exposition).
+`latest=1` (one sample per provider: a strictly valid Prometheus exposition),
+`since=CURSOR` with `scope=own` (only rows appended after the cursor that the
+`X-Grid-Cursor` header of an earlier answer named: a delta poll).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gridroute.wire.signals import CONTENT_TYPE, TIME_HEADER
+from gridroute.wire.signals import CONTENT_TYPE, CURSOR_HEADER, TIME_HEADER
 
 if TYPE_CHECKING:
     from gridroute.operator.service import Operator
@@ -27,10 +29,15 @@ async def signals(request: web.Request) -> web.Response:
     now = op.clock()
     own_only = request.query.get("scope") == "own"
     latest_only = request.query.get("latest") in ("1", "true")
-    encoded = op.store.encode(now, own_only=own_only, latest_only=latest_only)
+    after = op.store.rows_after(request.query.get("since")) if own_only else None
+    if after is not None:
+        encoded = op.store.encode_since(now, after)
+    else:
+        encoded = op.store.encode(now, own_only=own_only, latest_only=latest_only)
     headers = {
         "Date": email.utils.formatdate(now, usegmt=True),
         TIME_HEADER: f"{now:.3f}",
+        CURSOR_HEADER: op.store.cursor(),
         "Content-Type": CONTENT_TYPE,
     }
     return web.Response(body=encoded.body, headers=headers)

@@ -27,13 +27,14 @@ from prometheus_client import CollectorRegistry
 from gridroute.operator.config import OperatorConfig
 from gridroute.operator.learning import ProviderLearning
 from gridroute.operator.metrics import OperatorMetrics
+from gridroute.operator.peer_rounds import POLL_GIVE_UP_ROUNDS, PeerRounds, SkipMetrics
 from gridroute.operator.scrape import ProviderScraper
 from gridroute.operator.server import build_app
 from gridroute.operator.store import RelayStore
 from gridroute.operator.tls import client_context, server_context
 from gridroute.relay.nats_link import Transport
 from gridroute.relay.nats_publisher import NatsPublisher, PublishMetrics
-from gridroute.relay.poller import PollLimits, SignalsClient, poll_all
+from gridroute.relay.poller import PollLimits, SignalsClient
 from gridroute.wire.identity import spiffe_id
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ class Operator:
         }
         tls = config.tls
         peer_ssl = client_context(tls) if tls is not None else None
-        limits = PollLimits(timeout_s=config.peer_timeout_s)
+        # A poll outlives its round (see peer_rounds.py): it gives up after a few rounds.
+        limits = PollLimits(timeout_s=POLL_GIVE_UP_ROUNDS * config.peer_poll_interval_seconds)
         self.peers = [
             SignalsClient(
                 peer.site,
@@ -80,9 +82,17 @@ class Operator:
                 limits=limits,
                 clock=clock,
                 logger=logging.getLogger(f"gridroute.operator.{config.site}"),
+                delta=True,
             )
             for peer in config.peers
         ]
+        self.peer_rounds = PeerRounds(
+            self.peers,
+            self.store,
+            deadline_s=config.peer_timeout_s,
+            clock=clock,
+            metrics=SkipMetrics(self.metrics.registry),
+        )
         nats = config.signals.nats if config.signals.transport is Transport.NATS else None
         self.publisher = (
             NatsPublisher(
@@ -129,6 +139,7 @@ class Operator:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        await self.peer_rounds.close()
         for client in self.peers:
             await client.close()
         if self.publisher is not None:
@@ -174,14 +185,10 @@ class Operator:
             await self.publisher.publish(own.body)
 
     async def poll_round(self) -> None:
-        """Poll every peer once, concurrently; record accepted rows and round ends."""
+        """One peer round (`PeerRounds`): rows stored as each poll completes."""
         if not self.peers:
             return
-        outcomes = await poll_all(self.peers)
-        for outcome in outcomes:
-            if outcome.decoded is not None:
-                self.store.add_peer(outcome.target, outcome.decoded.received)
-            self.store.round_end(outcome.target, outcome.ended_at)
+        await self.peer_rounds.round()
         self.rounds += 1
 
     # --- status ---------------------------------------------------------------------

@@ -7,6 +7,13 @@ partitioned peer's last readiness stands), and providers per peer site
 responder's stamp, so the same row polled twice is stored once, at the local time
 it was first given.
 
+Deltas: every row appended gets the next number of one sequence, and `cursor()` names
+the newest (`<epoch>.<seq>`, the epoch fixed per store, so a restarted operator's
+cursors never match an old one). A peer that sends back the cursor of its last poll
+(`since=`) gets only rows appended after it: one new sample per provider instead of
+the whole window. A cursor from another epoch, or ahead of this store, gets the whole
+window, as does a poll without one (the first, and the one after a failed poll).
+
 The store never invents rows: an operator started during a partition holds nothing
 for the partitioned site until it answers, so readers see that site's candidates
 as unmeasured.
@@ -14,6 +21,7 @@ as unmeasured.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 
@@ -42,6 +50,7 @@ class RelayStore:
         max_peer_providers: int = PEER_MAX_PROVIDERS,
         budget: int = RELAY_BUDGET_BYTES,
         on_cut: Callable[[Mapping[tuple[Store, Cut], int]], None] | None = None,
+        epoch: str | None = None,
     ) -> None:
         self.site = site
         self.samples_per_provider = samples_per_provider
@@ -52,6 +61,10 @@ class RelayStore:
         self._on_cut = on_cut
         """Told what each freshly built body left out (once per body, not per request)."""
         self._histories: dict[tuple[str, str], deque[tuple[int, Sample]]] = {}
+        self._seqs: dict[tuple[str, str], deque[int]] = {}
+        """Sequence number of each held row, parallel to `_histories`."""
+        self.seq = 0
+        self.epoch = epoch if epoch is not None else f"{time.time_ns():x}"
         self._round_ends: dict[str, float] = {}
         self.version = 0
         self._cache: dict[tuple[bool, bool], tuple[int, int, Encoded]] = {}
@@ -81,9 +94,12 @@ class RelayStore:
         history = self._histories.get(key)
         if history is None:
             history = self._histories[key] = deque(maxlen=self.samples_per_provider)
+            self._seqs[key] = deque(maxlen=self.samples_per_provider)
         elif history and stamp <= history[-1][0]:
             return 0  # already held (or older than what is held)
         history.append((stamp, sample))
+        self.seq += 1
+        self._seqs[key].append(self.seq)
         self.version += 1
         return 1
 
@@ -93,6 +109,7 @@ class RelayStore:
             return True
         stalest = min(keys, key=lambda k: self._histories[k][-1][1].at)
         del self._histories[stalest]
+        del self._seqs[stalest]
         return True
 
     # --- reading --------------------------------------------------------------------
@@ -104,18 +121,47 @@ class RelayStore:
             history = self._histories[key]
             if now - history[-1][1].at > self.retain_latest_s:
                 del self._histories[key]
+                del self._seqs[key]
                 self.version += 1
                 continue
             while len(history) > 1 and history[0][1].at < horizon:
                 history.popleft()
+                self._seqs[key].popleft()
                 self.version += 1
 
-    def histories(self, *, own_only: bool = False) -> list[list[Sample]]:
-        """Every provider's samples, oldest -> newest, own site first then by key."""
+    def histories(self, *, own_only: bool = False, after: int = 0) -> list[list[Sample]]:
+        """Every provider's samples, oldest -> newest, own site first then by key; with
+        `after`, only rows appended after that sequence number."""
         keys = sorted(self._histories, key=lambda k: (k[0] != self.site, k))
-        return [
-            [s for _, s in self._histories[k]] for k in keys if not own_only or k[0] == self.site
-        ]
+        out = []
+        for k in keys:
+            if own_only and k[0] != self.site:
+                continue
+            rows: list[tuple[int, Sample]] = list(self._histories[k])
+            if after:
+                rows = [r for r, seq in zip(rows, self._seqs[k], strict=True) if seq > after]
+            if rows:
+                out.append([s for _, s in rows])
+        return out
+
+    def cursor(self) -> str:
+        """Names every row held now; a poll that sends it back gets only newer rows."""
+        return f"{self.epoch}.{self.seq}"
+
+    def rows_after(self, cursor: str | None) -> int | None:
+        """The sequence number a `since=` cursor stands for; None: serve everything."""
+        if not cursor:
+            return None
+        epoch, _, seq = cursor.rpartition(".")
+        if epoch != self.epoch or not seq.isdigit() or int(seq) > self.seq:
+            return None
+        return int(seq)
+
+    def encode_since(self, now: float, after: int) -> Encoded:
+        """This site's own rows appended after sequence `after` (what a delta poll gets)."""
+        self.prune(now)
+        histories = self.histories(own_only=True, after=after)
+        return encode_relay(histories, {}, local_site=self.site, budget=self.budget)
 
     def latest(self) -> dict[str, Sample]:
         return {f"{k[0]}/{k[1]}": h[-1][1] for k, h in self._histories.items()}

@@ -35,6 +35,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gridroute.wire.signals import (
+    CURSOR_HEADER,
     PEER_MAX_LINES,
     PEER_MAX_PROVIDERS,
     READ_LIMIT_BYTES,
@@ -223,9 +224,14 @@ class SignalsClient:
         limits: PollLimits | None = None,
         clock: Callable[[], float] = time.time,
         logger: logging.Logger = log,
+        delta: bool = False,
     ) -> None:
         self.target = target
         self.url = url
+        self.delta = delta
+        """Send back the responder's cursor (`since=`) so a poll carries only new rows;
+        the first poll and the one after a failed poll carry the whole window."""
+        self.cursor: str | None = None
         self.expected_identity = expected_identity
         self.expected_site = expected_site
         self.limits = limits or PollLimits()
@@ -290,11 +296,14 @@ class SignalsClient:
 
     async def _fetch(self) -> tuple[Decoded, int]:
         session = self._session_for_loop()
-        async with session.get(self.url) as resp:
+        cursor, self.cursor = self.cursor, None  # kept only if this poll succeeds
+        url = self.url if cursor is None else self._url_with(cursor)
+        async with session.get(url) as resp:
             if resp.status in (401, 403):
                 raise _Refused(PollResult.UNAUTHORIZED, f"HTTP {resp.status}")
             if resp.status != 200:
                 raise _Refused(PollResult.UNREACHABLE, f"HTTP {resp.status}")
+            next_cursor = resp.headers.get(CURSOR_HEADER)
             date = _parse_date(resp.headers.get("Date"))
             if date is None:
                 raise _Refused(PollResult.NO_DATE, "no parsable Date header")
@@ -324,7 +333,14 @@ class SignalsClient:
             )
         except RelayTooLarge as exc:
             raise _Refused(PollResult.TOO_LARGE, str(exc)) from exc
+        if self.delta:
+            self.cursor = next_cursor
         return decoded, size
+
+    def _url_with(self, cursor: str) -> str:
+        if not self.delta:
+            return self.url
+        return f"{self.url}{'&' if '?' in self.url else '?'}since={cursor}"
 
     def _steady_offset(self, observed: float) -> float:
         """Keep one offset while observations only wobble by the Date's 1 s resolution.

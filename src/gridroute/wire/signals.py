@@ -61,6 +61,8 @@ NAME_RE = re.compile(NAME_PATTERN)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TIME_HEADER = "X-Grid-Time"
 """Responder's clock in seconds with milliseconds; refines Date's one-second resolution."""
+CURSOR_HEADER = "X-Grid-Cursor"
+"""Names every row the responder held; sent back as `since=`, it asks for newer rows only."""
 ROUND_END = "grid_signals_poll_round_end_timestamp_seconds"
 
 # Sample attribute -> series name, in the order lines are written.

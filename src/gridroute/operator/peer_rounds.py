@@ -1,0 +1,132 @@
+"""Peer poll rounds that degrade under overload instead of collapsing.
+
+The wave-1 round polled every peer with a per-poll timeout and stored nothing until
+the whole round returned. Under CPU overload that is metastable: polls pass the
+timeout, a timed-out poll drops its kept-alive connection, the next poll pays a new
+TCP + TLS handshake on both ends, which costs more CPU, which times out more polls;
+the grid stays down after the load that caused it has passed. A frozen peer also
+delayed every other peer's rows by its timeout. Here instead:
+
+* **A round has a deadline, a poll does not end at it.** The round waits at most
+  `deadline_s` (the operator's `peerPollTimeoutSeconds`); a poll still running then
+  keeps going (its connection survives) and no second poll of that peer starts while
+  it runs. Its rows are stored when it completes; the poll itself gives up only after
+  `POLL_GIVE_UP_ROUNDS` intervals.
+* **Rows are stored as each poll completes**, so a frozen peer delays nobody else.
+* **A failing peer is backed off**: after n consecutive failures it is skipped for
+  min(2^(n-1) - 1, `MAX_SKIPPED_ROUNDS`) rounds, so a dead peer costs a connect attempt
+  every few seconds instead of every second.
+* **Judgement keeps the seed's rule**: every peer's round end is the end of the round
+  that tried it, also when its poll is still in flight or backed off (it is being
+  tried, and it is failing), so a dead peer still goes silent on time.
+
+`grid_signals_poll_skipped_total{target, reason}` counts rounds in which a peer was
+not polled (`in_flight`, `backoff`): overload shows as degraded freshness, counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter
+
+from gridroute.operator.store import RelayStore
+from gridroute.relay.poller import PollOutcome, PollResult, SignalsClient
+
+POLL_GIVE_UP_ROUNDS = 4
+"""A peer poll is abandoned after this many poll intervals."""
+MAX_SKIPPED_ROUNDS = 3
+"""A failing peer is tried at least every this many rounds + 1."""
+
+
+class SkipMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.skipped = Counter(
+            "grid_signals_poll_skipped_total",
+            "Rounds in which a peer was not polled: its last poll still running, or backed off.",
+            ["target", "reason"],
+            registry=registry,
+        )
+
+
+@dataclass
+class _Peer:
+    client: SignalsClient
+    task: asyncio.Task[PollOutcome] | None = None
+    failures: int = 0
+    skip: int = 0
+
+
+def backoff_rounds(failures: int) -> int:
+    """Rounds to skip after `failures` consecutive failed polls (0, 1, 3, 3, ...)."""
+    if failures <= 1:
+        return 0
+    return min((1 << (failures - 1)) - 1, MAX_SKIPPED_ROUNDS)
+
+
+class PeerRounds:
+    """Runs poll rounds over `clients`, storing into `store`."""
+
+    def __init__(
+        self,
+        clients: list[SignalsClient],
+        store: RelayStore,
+        *,
+        deadline_s: float,
+        clock: Callable[[], float],
+        metrics: SkipMetrics,
+    ) -> None:
+        self.peers = [_Peer(c) for c in clients]
+        self.store = store
+        self.deadline_s = deadline_s
+        self.clock = clock
+        self.metrics = metrics
+        self.rounds = 0
+
+    def _completed(self, peer: _Peer, outcome: PollOutcome) -> None:
+        if outcome.decoded is not None:
+            self.store.add_peer(outcome.target, outcome.decoded.received)
+        if outcome.result is PollResult.OK:
+            peer.failures = 0
+        else:
+            peer.failures += 1
+            peer.skip = backoff_rounds(peer.failures)
+
+    async def _poll(self, peer: _Peer) -> PollOutcome:
+        outcome = await peer.client.poll()
+        self._completed(peer, outcome)
+        return outcome
+
+    async def round(self) -> None:
+        """Start a poll of every peer that is neither in flight nor backed off; wait at
+        most `deadline_s`; then record the round end of every peer."""
+        waiting: list[asyncio.Task[PollOutcome]] = []
+        for peer in self.peers:
+            target = peer.client.target
+            if peer.task is not None and not peer.task.done():
+                self.metrics.skipped.labels(target, "in_flight").inc()
+                waiting.append(peer.task)
+                continue
+            if peer.skip > 0:
+                peer.skip -= 1
+                self.metrics.skipped.labels(target, "backoff").inc()
+                continue
+            peer.task = asyncio.create_task(self._poll(peer), name=f"poll-{target}")
+            waiting.append(peer.task)
+        if waiting:
+            await asyncio.wait(waiting, timeout=self.deadline_s)
+        ended = self.clock()
+        for peer in self.peers:
+            self.store.round_end(peer.client.target, ended)
+        self.rounds += 1
+
+    async def close(self) -> None:
+        for peer in self.peers:
+            if peer.task is not None:
+                peer.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await peer.task
+                peer.task = None
