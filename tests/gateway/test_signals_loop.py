@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from gridroute.core import Live, Sample
 from gridroute.gateway.signals_loop import SignalsLoop
 from gridroute.relay.poller import PollOutcome, PollResult
@@ -50,3 +52,38 @@ def test_good_read_refreshes_and_failed_read_keeps_the_snapshot() -> None:
             assert current.snapshot is snap  # nothing changes on a failed poll
 
     run(scenario)
+
+
+def test_sites_the_operator_does_not_deliver_are_named_once_and_in_status(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        sites = {"a": fake("a"), "b": fake("b"), "c": fake("c")}
+        async with running_grid(sites, local_site="a") as g:
+            current = g.gw.current
+            now = time.time()
+            samples = [
+                Sample(s, s, now, running=1.0, waiting=0.0, ready=1.0, max_running=8.0)
+                for s in ("a", "b")
+            ]
+            loop = SignalsLoop(_Script([]), lambda: current, "a", 1.0)
+            g.gw.signals = loop
+            with caplog.at_level("WARNING", logger="gridroute.gateway"):
+                loop.fold(_ok(samples, {"b": now}))  # a ring: the operator polls b only
+                loop.fold(_ok(samples, {"b": now}))
+            assert loop.undelivered == {"c"}
+            warned = [r for r in caplog.records if "delivers nothing of c" in r.getMessage()]
+            assert len(warned) == 1  # once, not per poll
+            status = await _status(g.url)
+            assert status["poll"]["undelivered"] == ["c"]
+            loop.fold(_ok(samples, {"b": now, "c": now}))
+            assert loop.undelivered == frozenset()
+
+    run(scenario)
+
+
+async def _status(url: str) -> dict[str, object]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.get(url + "/grid/status") as resp:
+        return dict(await resp.json())

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from gridroute.core import Sample
 from gridroute.gateway.current import CurrentGrid
 from gridroute.relay.poller import PollOutcome, PollResult
 
@@ -45,6 +46,9 @@ class SignalsLoop:
         self.completed = 0
         """Polls finished, whatever their result (readiness needs one)."""
         self.latest: PollOutcome | None = None
+        self.undelivered: frozenset[str] = frozenset()
+        """Configured sites the source does not deliver: neither rows nor a poll round
+        of them (a partial peer set: the local operator polls no peer for them)."""
 
     def fold(self, outcome: PollOutcome) -> None:
         """Adopt one poll outcome: a good read refreshes the snapshot."""
@@ -57,7 +61,27 @@ class SignalsLoop:
         rounds: dict[str, float | None] = dict(decoded.round_ends)
         if self.local_site is not None:
             rounds[self.local_site] = outcome.ended_at
+        self._note_undelivered(current, rounds, decoded.samples)
         current.refresh(decoded.samples, rounds, current.clock())
+
+    def _note_undelivered(
+        self, current: CurrentGrid, rounds: dict[str, float | None], samples: Sequence[Sample]
+    ) -> None:
+        """There is no transitive relay, by design: a site reaches this gateway only
+        if its local operator polls it. Say so once, when the set changes."""
+        configured = {c.site for c in current.routing.candidates}
+        delivered = set(rounds) | {s.site for s in samples}
+        missing = frozenset(configured - delivered)
+        if missing != self.undelivered:
+            if missing:
+                log.warning(
+                    "signals: the local operator delivers nothing of %s (no rows, no poll "
+                    "round): they stay unmeasured; add them to the operator's peers",
+                    ", ".join(sorted(missing)),
+                )
+            elif self.undelivered:
+                log.info("signals: every configured site is delivered now")
+            self.undelivered = missing
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -105,6 +105,7 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
                 "result": None if latest is None else latest.result.value,
                 "error": None if latest is None else latest.error,
                 "age_s": None if latest is None else _num(time.time() - latest.ended_at),
+                "undelivered": sorted(gw.signals.undelivered),
             }
         )
     return {
