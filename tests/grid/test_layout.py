@@ -97,3 +97,17 @@ def test_availability_overrides_reach_the_gateway() -> None:
     cfg = GatewayConfig.model_validate(gateway_config(spec, "hub", ADDRS, CERTS))
     assert cfg.availability.shedding is False
     assert cfg.availability.max_queue_ms == 200
+
+
+def test_nats_signals_make_publishers_without_peers_and_a_subscribing_gateway() -> None:
+    spec = GridSpec(signals="nats")
+    addrs = Addresses(ADDRS.backends, ADDRS.operators, ("nats://127.0.0.1:4222",), Path("/pw"))
+    op = parse_config(operator_config(spec, spec.sites[1], addrs, CERTS), "west")
+    assert op.peers == [] and op.signals.transport.value == "nats"
+    assert op.signals.nats is not None and op.signals.nats.user == "west"
+    assert op.signals.nats.password_file == Path("/pw/west.pw")
+    gw = GatewayConfig.model_validate(gateway_config(spec, "hub", addrs, CERTS))
+    assert gw.signals.nats is not None and gw.signals.nats.user == "gateway"
+    assert gw.signals.nats.servers == ["nats://127.0.0.1:4222"]
+    with pytest.raises(ValueError, match="signals: mesh or nats"):
+        GridSpec(signals="carrier-pigeon")

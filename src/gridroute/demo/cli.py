@@ -37,6 +37,10 @@ def demo(
     serve: Annotated[
         bool, typer.Option("--serve", help="Leave the grid up (dashboard) until Ctrl-C.")
     ] = False,
+    signals: Annotated[
+        str,
+        typer.Option(help="Signals transport: mesh (operators poll each other) or nats."),
+    ] = "mesh",
 ) -> None:
     """Run a three-site grid on this machine: traffic, a partition, overload, a plot."""
     from gridroute.demo.run import DemoOptions, parse_sites, run_demo
@@ -52,6 +56,8 @@ def demo(
         )
     if duration < 0:
         raise typer.BadParameter("--duration: must be 0 or more")
+    if signals not in ("mesh", "nats"):
+        raise typer.BadParameter(f"--signals: mesh or nats, got {signals!r}")
     opts = DemoOptions(
         sites=site_specs,
         service_ms=service_ms,
@@ -61,5 +67,6 @@ def demo(
         partition=partition,
         plot=plot,
         serve=serve,
+        signals=signals,
     )
     raise typer.Exit(run_demo(opts))

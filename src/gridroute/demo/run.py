@@ -79,6 +79,8 @@ class DemoOptions:
     """Site to partition; default the last site that runs no gateway."""
     plot: Path = Path("out/gridroute-demo.png")
     serve: bool = False
+    signals: str = "mesh"
+    """Signals transport of the grid: `mesh` or `nats` (a local nats-server)."""
 
     def spec(self) -> GridSpec:
         return GridSpec(
@@ -86,6 +88,7 @@ class DemoOptions:
             service_s=self.service_ms / 1000.0,
             distribution="exponential",
             gateway_sites=(self.sites[0].name,),
+            signals=self.signals,
         )
 
     @property
@@ -256,9 +259,10 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def _describe(opts: DemoOptions) -> str:
     sites = ", ".join(f"{s.name} {s.slots}" for s in opts.sites)
+    links = "publishing to a local nats-server" if opts.signals == "nats" else "mutual TLS ring"
     return (
         f"local grid: {len(opts.sites)} fake sites ({sites} slots, "
-        f"{opts.service_ms:g} ms mean service), an operator per site (mutual TLS ring), "
+        f"{opts.service_ms:g} ms mean service), an operator per site ({links}), "
         "one gateway; all on 127.0.0.1"
     )
 

@@ -46,6 +46,7 @@ from gridroute.grid.layout import (
     operator_config,
     operator_url,
 )
+from gridroute.grid.nats_server import READER, NatsCluster, password_of
 from gridroute.grid.ports import free_ports
 from gridroute.grid.supervisor import Child, ProcessError, Supervisor
 from gridroute.operator.certs import init_certs
@@ -89,6 +90,7 @@ class LocalGrid:
         self.gateways: list[Child] = []
         self.operator_ports: dict[str, int] = {}
         self.partitioned: set[str] = set()
+        self.nats: NatsCluster | None = None
 
     # --- addresses ------------------------------------------------------------------
 
@@ -161,6 +163,8 @@ class LocalGrid:
         self.procs.wait_announced(list(self.fakes.values()), self._left(deadline))
         self.operator_ports = dict(zip(names, free_ports(len(names)), strict=True))
         addrs = Addresses(self.backend_urls, self.operator_ports)
+        if spec.signals == "nats":
+            addrs = self._start_nats(names, addrs)
         configs = self.workdir / "configs"
         configs.mkdir(exist_ok=True)
         for site in spec.sites:
@@ -182,6 +186,16 @@ class LocalGrid:
             self._wait(gw, ready, deadline, "ready")
             routable = functools.partial(self.all_routable, i)
             self._wait(gw, routable, deadline, "seeing every site live")
+
+    def _start_nats(self, names: list[str], addrs: Addresses) -> Addresses:
+        """One nats-server with a user per site and one for the gateways."""
+        self.nats = NatsCluster(self.workdir / "nats", names)
+        self.nats.start()
+        for user in [*names, READER]:
+            (self.nats.directory / f"{user}.pw").write_text(password_of(user) + "\n")
+        return Addresses(
+            addrs.backends, addrs.operators, tuple(self.nats.urls), self.nats.directory
+        )
 
     def _wait_operator(self, site: str, deadline: float) -> None:
         url = operator_url(self.operator_ports[site]) + "/healthz"
@@ -206,6 +220,9 @@ class LocalGrid:
     def stop(self) -> None:
         """Stop every process this grid started (also after a failed start); idempotent."""
         self.procs.stop_all()
+        if self.nats is not None:
+            self.nats.stop()
+            self.nats = None
         self.fakes.clear()
         self.operators.clear()
         self.gateways.clear()

@@ -73,11 +73,16 @@ class GridSpec:
     connect_timeout_s: float = 2.0
     time_scale: float = 1.0
     seed: int = 1
+    signals: str = "mesh"
+    """`mesh` (operators poll each other over mTLS) or `nats` (operators publish to a
+    local nats-server, gateways subscribe; docs/signals.md)."""
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sites]
         if len(set(names)) != len(names) or not names:
             raise ValueError(f"sites: need distinct names, got {names}")
+        if self.signals not in ("mesh", "nats"):
+            raise ValueError(f"signals: mesh or nats, got {self.signals!r}")
         unknown = [g for g in self.gateway_sites if g not in names]
         if unknown or not self.gateway_sites:
             raise ValueError(f"gateway_sites: unknown or none: {unknown or '[]'}")
@@ -109,6 +114,10 @@ class Addresses:
     """Site -> fake server base URL."""
     operators: dict[str, int]
     """Site -> operator port (https on 127.0.0.1)."""
+    nats: tuple[str, ...] = ()
+    """NATS server URLs, with `signals: nats`."""
+    nats_passwords: Path | None = None
+    """Directory of `<user>.pw` files for the NATS users (one per site, `gateway`)."""
 
 
 def fake_server_args(spec: GridSpec, site: LocalSite, index: int) -> list[str]:
@@ -148,7 +157,7 @@ def operator_config(
         "peers": [
             {"site": peer.name, "url": operator_url(addrs.operators[peer.name])}
             for peer in spec.sites
-            if peer.name != site.name
+            if peer.name != site.name and spec.signals == "mesh"
         ],
         "providers": [
             {
@@ -165,6 +174,7 @@ def operator_config(
         ],
         "scrapeIntervalSeconds": spec.scaled(spec.interval_s),
         "peerPollIntervalSeconds": spec.poll_s,
+        **_nats_signals(spec, addrs, site.name, camel=True),
     }
 
 
@@ -206,7 +216,19 @@ def gateway_config(
         },
         "health": {"interval_s": interval, "timeout_s": 0.8 * interval},
         "shutdown_grace_s": 1.0,
+        **_nats_signals(spec, addrs, "gateway", camel=False),
     }
+
+
+def _nats_signals(spec: GridSpec, addrs: Addresses, user: str, camel: bool) -> dict[str, Any]:
+    """The `signals:` block of a process under `signals: nats` (nothing on the mesh)."""
+    if spec.signals != "nats":
+        return {}
+    assert addrs.nats_passwords is not None
+    password = str(addrs.nats_passwords / f"{user}.pw")
+    link = {"servers": list(addrs.nats), "user": user}
+    link["passwordFile" if camel else "password_file"] = password
+    return {"signals": {"transport": "nats", "nats": link}}
 
 
 def _slow(site: LocalSite) -> float:
