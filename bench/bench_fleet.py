@@ -1,4 +1,13 @@
-"""Signals at fleet scale over NATS: 1,000 simulated sites read by one gateway.
+"""Signals at fleet scale: mesh and NATS on real grids, and 1,000 simulated sites.
+
+`--grid 10,30,60` (the first table): for each size, a local grid of real processes
+(every site a fake model server and an operator, one gateway at the first site,
+about 4 requests/s through it) on the mesh and then on NATS, side by side: CPU and
+RSS per operator and in total (from /proc over the measured window), newest-sample
+age at the gateway (p50 / max over once-a-second reads of /grid/status), and sites
+the gateway ever judged silent although nothing failed.
+
+The default run (the second table):
 
 A publisher process stands in for 1,000 operators: every second it publishes one
 message per site (the real relay encoding, one provider each, spread over the
@@ -11,7 +20,7 @@ gateway for the same fleet, one `/signals` poll per second of its local operator
 whole relay (8 samples per provider, the operator's default, under the 768 KiB
 budget), decoded with the same `decode_relay`. Ratios are NATS / mesh.
 
-    .venv/bin/python bench/bench_fleet.py [--sites 1000] [--seconds 20]
+    .venv/bin/python bench/bench_fleet.py [--sites 1000] [--seconds 20] [--grid 10,30,60]
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from gridroute.core.sample import Sample
+from gridroute.grid.launcher import GridError
 from gridroute.grid.nats_server import READER, NatsCluster, password_of
 from gridroute.relay.nats_link import NatsLink
 from gridroute.relay.nats_source import NatsSignalsSource
@@ -156,11 +166,93 @@ def proc_cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def proc_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def grid_run(sites: int, signals: str, seconds: float) -> dict[str, float]:
+    """One real grid of `sites` sites on `signals`; what it cost and how fresh it was."""
+    from gridroute.grid.launcher import LocalGrid
+    from gridroute.grid.layout import GridSpec, LocalSite
+    from gridroute.load.background import BackgroundLoad
+
+    spec = GridSpec(
+        sites=tuple(LocalSite(site_name(i), 4) for i in range(sites)),
+        service_s=0.25,
+        signals=signals,
+        gateway_sites=(site_name(0),),
+    )
+    grid = LocalGrid(spec)
+    grid.start(timeout_s=60.0 + 4.0 * sites)
+    load = BackgroundLoad(grid.gateway_url, spec.model, clients=1).start()
+    try:
+        pids = {site: child.pid for site, child in grid.operators.items()}
+        if grid.nats is not None:
+            pids["(nats-server)"] = grid.nats.nodes[0].proc.pid  # type: ignore[union-attr]
+        cpu0 = {k: proc_cpu_s(p) for k, p in pids.items()}
+        start = time.monotonic()
+        ages: list[float] = []
+        silent: set[str] = set()
+        while time.monotonic() - start < seconds:
+            t0 = time.monotonic()
+            for row in grid.status(timeout_s=5.0)["sites"]:
+                if row["silent_s"] is not None:
+                    ages.append(float(row["silent_s"]))
+                if row["live"] != "live":
+                    silent.add(row["site"])
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+        elapsed = time.monotonic() - start
+        cpu = {k: (proc_cpu_s(p) - cpu0[k]) / elapsed for k, p in pids.items()}
+        rss = [proc_rss_mib(p) for k, p in pids.items() if k != "(nats-server)"]
+    finally:
+        load.stop()
+        grid.stop()
+    ops = [v for k, v in cpu.items() if k != "(nats-server)"]
+    ages.sort()
+    return {
+        "cpu_op": 100 * statistics.mean(ops),
+        "cpu_total": 100 * sum(cpu.values()),
+        "rss_op": statistics.mean(rss),
+        "age_p50": ages[len(ages) // 2] if ages else float("nan"),
+        "age_max": ages[-1] if ages else float("nan"),
+        "silent": float(len(silent)),
+    }
+
+
+def grid_table(sizes: list[int], seconds: float, transports: list[str]) -> None:
+    print(f"bench_fleet --grid: real processes, {seconds:g} s measured per grid, ~4 req/s")
+    head = ("sites", "signals", "CPU/op %", "CPU total %", "RSS/op MiB", "age p50 s",
+            "age max s", "silent")  # fmt: skip
+    print("".join(f"{h:>12}" for h in head))
+    for n in sizes:
+        for signals in transports:
+            try:
+                r = grid_run(n, signals, seconds)
+            except GridError as exc:
+                print(f"{n:>12}{signals:>12}  did not come up: {str(exc).splitlines()[0]}")
+                continue
+            print(
+                f"{n:>12}{signals:>12}{r['cpu_op']:>12.1f}{r['cpu_total']:>12.1f}"
+                f"{r['rss_op']:>12.1f}{r['age_p50']:>12.2f}{r['age_max']:>12.2f}"
+                f"{r['silent']:>12.0f}",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sites", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--grid", help="real grids of these sizes, e.g. 10,30,60 (mesh and NATS)")
+    ap.add_argument("--transports", default="mesh,nats", help="with --grid: mesh, nats or both")
     args = ap.parse_args()
+    if args.grid:
+        sizes = [int(n) for n in args.grid.split(",")]
+        grid_table(sizes, args.seconds, args.transports.split(","))
+        return
     with (
         tempfile.TemporaryDirectory() as tmp,
         NatsCluster(Path(tmp) / "nats", [], fleet_users=["fleet"]) as nats,

@@ -94,12 +94,36 @@ def test_a_frozen_peer_delays_nobody_and_is_not_polled_again_while_in_flight() -
                 assert east.requests == 1  # never a second poll, so never a new connection
                 assert west.requests == 4
                 assert skipped(registry, "east", "in_flight") == 3
+                # Rounds that overran stretch the interval, up to 3x.
+                assert rounds.stretch == 3.0
+                assert registry.get_sample_value("grid_signals_poll_interval_stretch") == 3.0
                 # East is judged at every round end all the same: it can go silent.
                 assert store.round_ends["east"] > first_end
             finally:
                 await rounds.close()
                 for c in clients:
                     await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_stretch_goes_back_once_rounds_complete_in_time() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        store = RelayStore("hub")
+        async with Peer("west") as west:
+            c = client("west", west.port, PollMetrics(registry))
+            rounds = rounds_over([c], store, registry)
+            rounds.stretch = 3.0
+            try:
+                seen = []
+                for _ in range(30):
+                    await rounds.round()
+                    seen.append(rounds.stretch)
+                assert seen == sorted(seen, reverse=True) and seen[-1] < 1.2
+            finally:
+                await rounds.close()
+                await c.close()
 
     asyncio.run(scenario())
 
@@ -136,7 +160,11 @@ def test_delta_polls_carry_only_rows_newer_than_the_cursor() -> None:
     async def scenario() -> None:
         async with MetricsServer(vllm_page(2.0)) as metrics_srv:
             cfg = operator_config(
-                "hub", free_port(), certs=None, providers=[vllm_provider("pool", metrics_srv.port)]
+                "hub",
+                free_port(),
+                certs=None,
+                providers=[vllm_provider("pool", metrics_srv.port)],
+                interval=60.0,  # no background scrape between the polls below
             )
             op = Operator(cfg)
             await op.start()
@@ -149,7 +177,8 @@ def test_delta_polls_carry_only_rows_newer_than_the_cursor() -> None:
                     await asyncio.sleep(0.01)
                 full = await reader.poll()
                 assert full.result is PollResult.OK and full.decoded is not None
-                assert len(full.decoded.received) == 3 and reader.cursor is not None
+                held = len(full.decoded.received)
+                assert held >= 3 and reader.cursor is not None
                 empty = await reader.poll()  # nothing new since
                 assert empty.result is PollResult.OK and empty.decoded is not None
                 assert empty.decoded.received == ()
@@ -160,7 +189,7 @@ def test_delta_polls_carry_only_rows_newer_than_the_cursor() -> None:
                 # A cursor from another epoch (a restarted operator) gets the whole window.
                 reader.cursor = "0." + reader.cursor.rpartition(".")[2]
                 again = await reader.poll()
-                assert again.decoded is not None and len(again.decoded.received) == 4
+                assert again.decoded is not None and len(again.decoded.received) == held + 1
             finally:
                 await reader.close()
                 await op.stop()

@@ -16,6 +16,12 @@ delayed every other peer's rows by its timeout. Here instead:
 * **A failing peer is backed off**: after n consecutive failures it is skipped for
   min(2^(n-1) - 1, `MAX_SKIPPED_ROUNDS`) rounds, so a dead peer costs a connect attempt
   every few seconds instead of every second.
+* **Rounds stretch under overload**: a round that ends with a poll still in flight
+  (the operator, or its peers, could not keep up) doubles `stretch`, the factor on
+  the poll interval, up to `MAX_STRETCH`; each round that completes in time takes a
+  tenth of the excess back. Fewer polls per second is what relieves an overloaded
+  mesh; freshness degrades (older samples, still inside the freshness window) instead
+  of the grid collapsing.
 * **Judgement keeps the seed's rule**: every peer's round end is the end of the round
   that tried it, also when its poll is still in flight or backed off (it is being
   tried, and it is failing), so a dead peer still goes silent on time.
@@ -31,7 +37,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gridroute.operator.store import RelayStore
 from gridroute.relay.poller import PollOutcome, PollResult, SignalsClient
@@ -40,6 +46,10 @@ POLL_GIVE_UP_ROUNDS = 4
 """A peer poll is abandoned after this many poll intervals."""
 MAX_SKIPPED_ROUNDS = 3
 """A failing peer is tried at least every this many rounds + 1."""
+MAX_STRETCH = 3.0
+"""The poll interval stretches at most to this many times its configured value, so a
+sample at the gateway stays well inside the default 5 s freshness window at a 1 s
+interval."""
 
 
 class SkipMetrics:
@@ -50,6 +60,12 @@ class SkipMetrics:
             ["target", "reason"],
             registry=registry,
         )
+        self.stretch = Gauge(
+            "grid_signals_poll_interval_stretch",
+            "Factor on the peer poll interval; above 1 while rounds overrun their deadline.",
+            registry=registry,
+        )
+        self.stretch.set(1.0)
 
 
 @dataclass
@@ -85,6 +101,8 @@ class PeerRounds:
         self.clock = clock
         self.metrics = metrics
         self.rounds = 0
+        self.stretch = 1.0
+        """Factor on the poll interval: > 1 while rounds overrun (see the module doc)."""
 
     def _completed(self, peer: _Peer, outcome: PollOutcome) -> None:
         if outcome.decoded is not None:
@@ -118,6 +136,12 @@ class PeerRounds:
             waiting.append(peer.task)
         if waiting:
             await asyncio.wait(waiting, timeout=self.deadline_s)
+        overran = any(p.task is not None and not p.task.done() for p in self.peers)
+        if overran:
+            self.stretch = min(MAX_STRETCH, self.stretch * 2.0)
+        else:
+            self.stretch = max(1.0, 1.0 + (self.stretch - 1.0) * 0.9)
+        self.metrics.stretch.set(self.stretch)
         ended = self.clock()
         for peer in self.peers:
             self.store.round_end(peer.client.target, ended)

@@ -128,7 +128,13 @@ class Operator:
         self._session = aiohttp.ClientSession()
         self._tasks = [
             asyncio.create_task(self._every(cfg.scrape_interval_seconds, self.scrape_round)),
-            asyncio.create_task(self._every(cfg.peer_poll_interval_seconds, self.poll_round)),
+            asyncio.create_task(
+                self._every(
+                    cfg.peer_poll_interval_seconds,
+                    self.poll_round,
+                    lambda: self.peer_rounds.stretch,
+                )
+            ),
         ]
         log.info("operator %s listening on %s:%s", cfg.site, cfg.host, self.port)
 
@@ -157,7 +163,12 @@ class Operator:
             await self.stop()
 
     @staticmethod
-    async def _every(interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
+    async def _every(
+        interval_s: float,
+        step: Callable[[], Awaitable[None]],
+        stretch: Callable[[], float] = lambda: 1.0,
+    ) -> None:
+        """Run `step` every `interval_s` x `stretch()` (rounds stretch under overload)."""
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
@@ -165,7 +176,7 @@ class Operator:
                 await step()
             except Exception:  # a bug in one round must not stop the loop
                 log.exception("operator round failed")
-            next_at = max(next_at + interval_s, loop.time())
+            next_at = max(next_at + interval_s * stretch(), loop.time())
             await asyncio.sleep(next_at - loop.time())
 
     # --- rounds ---------------------------------------------------------------------
