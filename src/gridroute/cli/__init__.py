@@ -6,6 +6,7 @@ import typer
 
 from gridroute.cli.config import app as config_app
 from gridroute.cli.sim import app as sim_app
+from gridroute.cli.wait import wait
 from gridroute.demo.cli import demo
 from gridroute.fakeserver.cli import fake_server
 from gridroute.gateway.commands import gateway
@@ -21,6 +22,7 @@ app.add_typer(sim_app, name="sim")
 app.command("gateway")(gateway)
 app.add_typer(config_app, name="config")
 app.command("demo")(demo)
+app.command("wait")(wait)
 
 
 @app.command()
