@@ -2,7 +2,10 @@
 
 For demos and tests. Each site gets `DIR/<site>/server.{crt,key}` (serverAuth) and
 `DIR/<site>/client.{crt,key}` (clientAuth), both naming the site with the URI SAN
-`spiffe://<trust-domain>/site/<site>` plus DNS `localhost` and IP `127.0.0.1`.
+`spiffe://<trust-domain>/site/<site>` plus DNS `localhost` and IP `127.0.0.1`, so
+`curl --cacert DIR/ca.crt https://127.0.0.1:PORT` verifies host names without `-k`.
+`--host NAME` (repeatable: a DNS name or an IP address) adds SANs to the server
+certificates, for operators reached by another name.
 Keys are EC P-256: fast to make, so tests make fresh ones every run.
 """
 
@@ -67,11 +70,31 @@ def make_ca(trust_domain: str, now: dt.datetime | None = None) -> Authority:
     return Authority(key, cert)
 
 
+def host_san(name: str) -> x509.GeneralName:
+    """`name` as a SAN: an IP address when it parses as one, else a DNS name."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1")
+"""Host names every leaf certificate carries, so loopback clients can verify them."""
+
+
 def make_site_cert(
-    ca: Authority, site: str, trust_domain: str, *, client: bool, now: dt.datetime | None = None
+    ca: Authority,
+    site: str,
+    trust_domain: str,
+    *,
+    client: bool,
+    hosts: tuple[str, ...] = (),
+    now: dt.datetime | None = None,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A leaf certificate naming `site` (server or client use)."""
+    """A leaf certificate naming `site` (server or client use), valid for `LOCAL_HOSTS`
+    plus `hosts`."""
     now = now or dt.datetime.now(dt.UTC)
+    names = list(dict.fromkeys((*LOCAL_HOSTS, *hosts)))
     key = ec.generate_private_key(ec.SECP256R1())
     usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
     cert = (
@@ -86,8 +109,7 @@ def make_site_cert(
             x509.SubjectAlternativeName(
                 [
                     x509.UniformResourceIdentifier(spiffe_id(trust_domain, site)),
-                    x509.DNSName("localhost"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    *(host_san(n) for n in names),
                 ]
             ),
             critical=False,
@@ -112,14 +134,18 @@ def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) 
     key_path.chmod(0o600)
 
 
-def init_certs(out: Path, sites: list[str], trust_domain: str = "gridroute.local") -> Authority:
-    """Write `out/ca.{crt,key}` and `out/<site>/{server,client}.{crt,key}` for every site."""
+def init_certs(
+    out: Path, sites: list[str], trust_domain: str = "gridroute.local", hosts: tuple[str, ...] = ()
+) -> Authority:
+    """Write `out/ca.{crt,key}` and `out/<site>/{server,client}.{crt,key}` for every site;
+    the server certificates also name `hosts`."""
     out.mkdir(parents=True, exist_ok=True)
     ca = make_ca(trust_domain)
     _write(out / "ca", ca.key, ca.cert)
     for site in sites:
         (out / site).mkdir(exist_ok=True)
         for client in (False, True):
-            key, cert = make_site_cert(ca, site, trust_domain, client=client)
+            extra = () if client else hosts
+            key, cert = make_site_cert(ca, site, trust_domain, client=client, hosts=extra)
             _write(out / site / ("client" if client else "server"), key, cert)
     return ca

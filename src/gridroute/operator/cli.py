@@ -41,6 +41,14 @@ def certs_init(
     sites: Annotated[str, typer.Option(help="Comma-separated site names, e.g. hub,west,east")],
     out: Annotated[Path, typer.Option(help="Directory to write ca.* and <site>/* into")],
     trust_domain: Annotated[str, typer.Option(help="SPIFFE trust domain")] = "gridroute.local",
+    host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host",
+            help="Extra DNS name or IP for the server certificates (repeatable); "
+            "localhost and 127.0.0.1 are always in.",
+        ),
+    ] = None,
 ) -> None:
     """Make a CA and per-site server and client certificates (SPIFFE URI SAN per site)."""
     from gridroute.operator.certs import init_certs
@@ -49,6 +57,6 @@ def certs_init(
     if not names:
         typer.echo("--sites: give at least one site name", err=True)
         raise typer.Exit(2)
-    init_certs(out, names, trust_domain)
+    init_certs(out, names, trust_domain, tuple(host or ()))
     for name in names:
         typer.echo(f"{out}/{name}/server.crt, client.crt: spiffe://{trust_domain}/site/{name}")
