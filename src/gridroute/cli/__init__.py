@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from gridroute.cli.config import app as config_app
+from gridroute.cli.load import load
 from gridroute.cli.sim import app as sim_app
 from gridroute.cli.wait import wait
 from gridroute.demo.cli import demo
@@ -23,6 +24,7 @@ app.command("gateway")(gateway)
 app.add_typer(config_app, name="config")
 app.command("demo")(demo)
 app.command("wait")(wait)
+app.command("load")(load)
 
 
 @app.command()

@@ -159,13 +159,15 @@ async def run_load(
     rng: random.Random | None = None,
     clock: Callable[[], float] = time.monotonic,
     session: aiohttp.ClientSession | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
 ) -> LoadResult:
     """Drive closed-loop load at `base_url` (with or without the trailing `/v1`).
 
     Shape: `phases` [(duration_s, clients), ...], or else one phase of `clients` for
     `duration_s`. `requests` caps the total sent (whichever of time or count ends first);
     at least one of the two must bound the run. Requests in flight when time is up are
-    waited for (up to `timeout_s`) and recorded. Pass `session` to reuse a pool.
+    waited for (up to `timeout_s`) and recorded. Pass `session` to reuse a pool;
+    `on_record` is called with each request as it ends (a progress line counts them).
     """
     shape = [p if isinstance(p, Phase) else Phase(*p) for p in phases or ()]
     if not shape:
@@ -191,6 +193,8 @@ async def run_load(
                 return
             rec, retry = await _one(sess, url, body, hdrs, timeout, stream, clock, t0, ctl.phase)
             records.append(rec)
+            if on_record is not None:
+                on_record(rec)
             pause = 0.0
             if rec.outcome is RequestOutcome.SHED and retry:
                 pause = rng.uniform(retry / 2, retry)
