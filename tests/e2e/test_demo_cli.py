@@ -3,12 +3,16 @@ whether it ends on its own or is interrupted."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,17 +27,32 @@ def _demo(*args: str) -> list[str]:
     return [sys.executable, "-m", "gridroute.cli", "demo", *SMALL, *args]
 
 
-def _workdir(output: str) -> str:
-    found = re.search(r"logs (\S+)/logs", output)
-    assert found, output
-    return found.group(1)
+def _env(tmp_path: Path) -> dict[str, str]:
+    """The demo makes its work dir under TMPDIR: here, so leftovers can be found after
+    a clean run has deleted it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(tmp)}
+
+
+def _status(base_url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(base_url + "/grid/status", timeout=5) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def _selections(base_url: str) -> dict[str, int]:
+    return dict(_status(base_url)["selections"]["total"])
+
+
+def _leftovers(tmp_path: Path) -> list[int]:
+    return leftover_pids(f"{tmp_path / 'tmp'}/", prefix=True)
 
 
 def test_a_short_demo_runs_every_phase_and_cleans_up(tmp_path: Path) -> None:
     plot = tmp_path / "demo.png"
     proc = subprocess.run(
         _demo("--duration", "16", "--plot", str(plot)),
-        capture_output=True, text=True, timeout=90, cwd=tmp_path,
+        capture_output=True, text=True, timeout=90, cwd=tmp_path, env=_env(tmp_path),
     )  # fmt: skip
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
@@ -41,15 +60,17 @@ def test_a_short_demo_runs_every_phase_and_cleans_up(tmp_path: Path) -> None:
         assert text in out, out
     assert "whole run" in out and "stopped 7 processes" in out
     assert f"plot: {plot}" in out
+    assert "logs" not in out  # the work dir is gone: no path to print
+    assert list((tmp_path / "tmp").iterdir()) == []
     assert plot.read_bytes()[:4] == b"\x89PNG"
-    assert leftover_pids(_workdir(out)) == []
+    assert _leftovers(tmp_path) == []
 
 
 def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         _demo("--duration", "60", "--plot", str(tmp_path / "never.png")),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-        start_new_session=True,
+        start_new_session=True, env=_env(tmp_path),
     )  # fmt: skip
     assert proc.stdout is not None
     seen = ""
@@ -66,5 +87,53 @@ def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
     out = seen + rest
     assert proc.returncode == 130, out
     assert "interrupted" in out and "stopped 7 processes" in out
-    assert leftover_pids(_workdir(out)) == []
+    assert _leftovers(tmp_path) == []
     assert not (tmp_path / "never.png").exists()
+
+
+def test_a_failed_start_keeps_the_logs_and_says_where(tmp_path: Path) -> None:
+    # A negative service time makes every fake server refuse its config at start.
+    proc = subprocess.run(
+        _demo("--service-ms", "-5", "--duration", "1"),
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=_env(tmp_path),
+    )  # fmt: skip
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert "the local grid failed" in out
+    found = re.search(r"logs kept in (\S+)", out)
+    assert found, out
+    logs = Path(found.group(1))
+    assert logs.is_dir() and logs.is_relative_to(tmp_path / "tmp")
+    assert "validation error" in "".join(p.read_text() for p in logs.glob("*.log"))
+    assert _leftovers(tmp_path) == []
+
+
+def test_serve_alone_is_light_traffic_until_ctrl_c(tmp_path: Path) -> None:
+    # 40 slots: --serve keeps 4 clients (10 %), not the 24 of the phases.
+    proc = subprocess.Popen(
+        _demo("--duration", "0", "--serve"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+        start_new_session=True, env=_env(tmp_path),
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen = ""
+    deadline = time.monotonic() + 60
+    while "keep sending" not in seen and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert "4 clients (10 % of the slots) keep sending" in seen, seen
+    api = re.search(r"OpenAI API: (\S+)/v1", seen)
+    assert api, seen
+    in_flight = []
+    while sum(_selections(api.group(1)).values()) < 20 and time.monotonic() < deadline:
+        in_flight.append(sum(s["in_flight"] for s in _status(api.group(1))["sites"]))
+        time.sleep(0.05)
+    assert sum(_selections(api.group(1)).values()) >= 20  # traffic flows...
+    assert max(in_flight) <= 4  # ...from 4 clients at most
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=30)
+    out = seen + rest
+    assert proc.returncode == 0, out  # Ctrl-C is how --serve ends, not a failure
+    assert _leftovers(tmp_path) == []

@@ -35,7 +35,12 @@ def demo(
     ] = None,
     plot: Annotated[Path, typer.Option(help="Where to write the PNG plot.")] = _DEFAULT_PLOT,
     serve: Annotated[
-        bool, typer.Option("--serve", help="Leave the grid up (dashboard) until Ctrl-C.")
+        bool,
+        typer.Option(
+            "--serve",
+            help="Then leave the grid up (dashboard) under light traffic, 10% of the slots, "
+            "until Ctrl-C.",
+        ),
     ] = False,
     signals: Annotated[
         str,

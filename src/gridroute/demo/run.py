@@ -48,6 +48,8 @@ WIDE = 150
 DIGEST_EVERY_S = 5.0
 """How often a run without a terminal prints a progress line."""
 PHASE_FRACTIONS = (0.25, 0.25, 0.2, 0.3)
+SERVE_SHARE = 0.1
+"""`--serve` traffic as a fraction of all slots."""
 """Share of `duration_s` given to: under capacity, partition, return, past capacity. The
 partition needs ~6 s to be seen and the overload ~8 s to latch shedding."""
 
@@ -104,6 +106,12 @@ class DemoOptions:
         if self.peak_clients is not None:
             return self.peak_clients
         return max(1, round(1.5 * self.total_slots))
+
+    @property
+    def serve_clients(self) -> int:
+        """Clients of `--serve` (after the phases, or alone with duration 0): light
+        traffic, 10 % of all slots, so the dashboard moves while the grid idles."""
+        return max(1, round(SERVE_SHARE * self.total_slots))
 
     @property
     def cut_site(self) -> str | None:
@@ -272,7 +280,7 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> int:
     console = console or Console()
     if not console.is_terminal:
         console.width = max(console.width, WIDE)  # a log or a pipe: never squeeze the table
-    grid = LocalGrid(opts.spec())
+    grid = LocalGrid(opts.spec(), keep_failed=True)
     with _sigterm_as_interrupt():
         try:
             console.print(f"[bold]gridroute demo[/]: starting a {_describe(opts)}")
@@ -280,7 +288,7 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> int:
             grid.start()
             console.print(
                 f"up in {time.monotonic() - t0:.1f} s: gateway {grid.gateway_url}  "
-                f"dashboard {grid.dashboard_url}  logs {grid.procs.log_dir}",
+                f"dashboard {grid.dashboard_url}",
                 highlight=False,
             )
             if opts.duration_s > 0:
@@ -291,7 +299,9 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> int:
                 serve(grid, opts, console)
             return 0
         except GridError as exc:
+            # The processes' logs say why: they are kept (a clean run deletes its work dir).
             console.print(f"[bold red]the local grid failed:[/] {exc}", highlight=False)
+            console.print(f"logs kept in {grid.procs.log_dir}", highlight=False)
             return 1
         except KeyboardInterrupt:
             console.print("interrupted: stopping the grid")
@@ -318,7 +328,8 @@ def report(console: Console, opts: DemoOptions, run: DemoPass) -> None:
 
 
 def serve(grid: LocalGrid, opts: DemoOptions, console: Console) -> None:
-    """Keep the grid up under light traffic until Ctrl-C, with the URLs to look at."""
+    """Keep the grid up under light traffic (`serve_clients`) until Ctrl-C, with the URLs
+    to look at."""
     console.print(f"\n[bold]serving[/]: dashboard {grid.dashboard_url}", highlight=False)
     console.print(f"  OpenAI API: {grid.gateway_url}/v1 (model {grid.spec.model})", highlight=False)
     site = opts.cut_site or opts.sites[-1].name
@@ -333,8 +344,9 @@ def serve(grid: LocalGrid, opts: DemoOptions, console: Console) -> None:
     if not _serves_dashboard(grid):
         console.print("  [yellow]note[/]: this gateway does not serve /dashboard yet; its "
                       f"JSON status is at {grid.gateway_url}/grid/status")  # fmt: skip
-    console.print(f"  {opts.base_clients} clients keep sending; Ctrl-C stops everything")
-    load = BackgroundLoad(grid.gateway_url, grid.spec.model, opts.base_clients)
+    clients = opts.serve_clients
+    console.print(f"  {clients} clients (10 % of the slots) keep sending; Ctrl-C stops everything")
+    load = BackgroundLoad(grid.gateway_url, grid.spec.model, clients)
     # Ctrl-C is the way out of --serve, not a failure: the load stops, then the grid.
     with contextlib.suppress(KeyboardInterrupt), load:
         while True:

@@ -78,12 +78,19 @@ class LocalGrid:
     """Starts, partitions and stops one local grid; a context manager."""
 
     def __init__(
-        self, spec: GridSpec | None = None, workdir: Path | None = None, keep: bool = False
+        self,
+        spec: GridSpec | None = None,
+        workdir: Path | None = None,
+        keep: bool = False,
+        keep_failed: bool = False,
     ) -> None:
+        """`keep`: never delete a temporary work dir; `keep_failed`: keep it (certificates,
+        `logs/`) once the grid failed to start or a process of it died."""
         self.spec = spec or GridSpec()
         self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="gridroute-grid-"))
         self.keep = keep
+        self.keep_failed = keep_failed
         self.procs = Supervisor(self.workdir / "logs", env={GRID_ENV: str(self.workdir)})
         self.fakes: dict[str, Child] = {}
         self.operators: dict[str, Child] = {}
@@ -143,6 +150,7 @@ class LocalGrid:
         try:
             self._start(deadline)
         except ProcessError as exc:
+            self.keep = self.keep or self.keep_failed
             self.stop()
             raise GridError(str(exc)) from None
         except BaseException:
@@ -234,6 +242,7 @@ class LocalGrid:
         try:
             self.procs.check()
         except ProcessError as exc:
+            self.keep = self.keep or self.keep_failed
             raise GridError(str(exc)) from None
 
     # --- what the gateway sees ------------------------------------------------------
@@ -324,10 +333,12 @@ class LocalGrid:
         return out
 
 
-def leftover_pids(workdir: Path | str) -> list[int]:
+def leftover_pids(workdir: Path | str, *, prefix: bool = False) -> list[int]:
     """Processes whose environment marks them as children of the grid in `workdir`
-    (Linux `/proc`; empty elsewhere). After `stop` this must be empty."""
-    marker = f"{GRID_ENV}={workdir}".encode() + b"\0"
+    (Linux `/proc`; empty elsewhere). After `stop` this must be empty. With `prefix`,
+    of any grid whose work dir starts with `workdir` (a grid in a temporary directory
+    that is gone by now)."""
+    marker = f"{GRID_ENV}={workdir}".encode() + (b"" if prefix else b"\0")
     found: list[int] = []
     proc = Path("/proc")
     if not proc.is_dir():
