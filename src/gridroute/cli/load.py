@@ -87,7 +87,7 @@ def summary_tables(result: LoadResult, url: str, model: str) -> tuple[Table, Tab
         _seconds(result.latency_s(0.5)),
         _seconds(result.latency_s(0.99)),
     )
-    sites = Table(title="share per site (x-grid-site of the ok answers)", title_justify="left")
+    sites = Table(title="ok answers by x-grid-site", title_justify="left")
     sites.add_column("site")
     sites.add_column("ok", justify="right")
     sites.add_column("share", justify="right")

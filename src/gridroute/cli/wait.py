@@ -3,8 +3,10 @@
 What a script (or the README) needs between starting a server in the background and
 using it: `gridroute gateway --config g.yaml & gridroute wait http://127.0.0.1:8080/readyz`.
 It polls every `--interval` seconds with a short per-request timeout; any 2xx ends the
-wait with exit 0. On `--timeout` it exits 1 with one line naming the URL and what the
-last try got (a status, "connection refused", a TLS error), so a failed start says why.
+wait with exit 0. Host names are verified (`--cacert` for a private CA; `--cert` and
+`--key` present a client certificate to a mutual-TLS operator). On `--timeout` it exits
+1 with one line naming the URL and what the last try got (a status, "connection
+refused", a TLS error), so a failed start says why.
 """
 
 from __future__ import annotations
@@ -59,17 +61,25 @@ def wait(
     url: Annotated[str, typer.Argument(help="http(s) URL that answers 2xx when ready.")],
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait before giving up (exit 1).")
-    ] = 30.0,
+    ] = 60.0,
     interval: Annotated[float, typer.Option(help="Seconds between tries.")] = 0.2,
     cacert: Annotated[
-        Path | None, typer.Option(help="CA bundle for an https URL [default: system CAs].")
+        Path | None, typer.Option(help="CA bundle for an https URL (default: the system's).")
     ] = None,
+    cert: Annotated[
+        Path | None, typer.Option(help="Client certificate, for a mutual-TLS server.")
+    ] = None,
+    key: Annotated[Path | None, typer.Option(help="Key of --cert.")] = None,
 ) -> None:
     """Wait until URL answers 2xx (exit 0), or say what it answered and exit 1."""
     if not url.startswith(("http://", "https://")):
         typer.echo(f"gridroute wait: {url!r}: expected an http:// or https:// URL", err=True)
         raise typer.Exit(2)
-    context = ssl.create_default_context(cafile=str(cacert)) if cacert else None
+    context = None
+    if cacert or cert:
+        context = ssl.create_default_context(cafile=str(cacert) if cacert else None)
+        if cert:
+            context.load_cert_chain(str(cert), str(key) if key else None)
     last = wait_for(url, timeout, interval, context)
     if last is not None:
         typer.echo(f"gridroute wait: {url} did not answer 2xx within {timeout:g} s "
