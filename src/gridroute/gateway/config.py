@@ -13,7 +13,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gridroute.config import check_files, load, parse_yaml, validate
+from gridroute.config import (
+    MAX_PORT,
+    ListenAddress,
+    check_files,
+    load,
+    parse_yaml,
+    split_listen,
+    validate,
+)
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
 from gridroute.relay.nats_link import SignalsTransport
@@ -141,9 +149,9 @@ class LimitsConfig(_Frozen):
 class MetricsListener(_Frozen):
     """The opt-in Prometheus listener."""
 
-    listen: str | None = None
-    """`host:port` serving `/metrics`; with `workers` N, worker i listens on port + i.
-    Default: none (no listener)."""
+    listen: ListenAddress | None = None
+    """`host:port` serving `/metrics` (port 0: any free port); with `workers` N, worker
+    i listens on port + i. Default: none (no listener)."""
 
 
 class TracingConfig(_Frozen):
@@ -192,8 +200,9 @@ class HealthConfig(_Frozen):
 class GatewayConfig(_Frozen):
     """`gridroute gateway --config FILE`: what one gateway routes and how."""
 
-    listen: str = "127.0.0.1:8080"
-    """`host:port` of the OpenAI-compatible API. Default: `127.0.0.1:8080`."""
+    listen: ListenAddress = "127.0.0.1:8080"
+    """`host:port` of the OpenAI-compatible API (IPv6 in brackets, `[::1]:8080`; port 0:
+    any free port, shared by every worker). Default: `127.0.0.1:8080`."""
     workers: int = Field(1, ge=1)
     """Worker processes sharing `listen` (SO_REUSEPORT); each counts as one gateway for
     the fair-share rule. Default: 1."""
@@ -236,6 +245,13 @@ class GatewayConfig(_Frozen):
         dup = {k for k in keys if keys.count(k) > 1}
         if dup:
             raise ValueError(f"sites: duplicate site/provider {sorted(dup)}")
+        if self.metrics.listen is not None:
+            mport = split_listen(self.metrics.listen)[1]
+            if mport and mport + self.workers - 1 > MAX_PORT:
+                raise ValueError(
+                    f"metrics.listen: worker i listens on port + i; with {self.workers} "
+                    f"workers port {mport} runs past {MAX_PORT}"
+                )
         if self.local_site is not None and self.local_site not in names:
             raise ValueError(f"local_site: {self.local_site!r} is not one of the sites")
         seen: set[str] = set()

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from gridroute.config import ConfigError, check_files, load, validate
+from gridroute.config import ConfigError, ListenAddress, check_files, load, split_listen, validate
 from gridroute.relay.nats_link import SignalsTransport
 from gridroute.wire.prometheus import MetricsFormat
 from gridroute.wire.signals import NAME_PATTERN
@@ -119,8 +119,9 @@ class OperatorConfig(_Model):
 
     site: Name
     """This site's name; every own row is labelled with it."""
-    listen: str = "0.0.0.0:9443"
-    """host:port of the /signals, /metrics, /status and /healthz listener."""
+    listen: ListenAddress = "0.0.0.0:9443"
+    """host:port of the /signals, /metrics, /status and /healthz listener (IPv6 in
+    brackets, `[::]:9443`; port 0: any free port)."""
     trust_domain: str = Field("gridroute.local", pattern=r"^[a-z0-9.-]+$")
     """SPIFFE trust domain of the site certificates."""
     tls: TLSFiles | None = None
@@ -152,9 +153,6 @@ class OperatorConfig(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> OperatorConfig:
-        host, _, port = self.listen.rpartition(":")
-        if not host or not port.isdigit() or int(port) > 65535:
-            raise ValueError(f"listen must be host:port, got {self.listen!r}")
         if self.scrape_timeout_s >= self.scrape_interval_seconds:
             raise ValueError("scrapeTimeoutSeconds must be shorter than scrapeIntervalSeconds")
         if self.peer_timeout_s >= self.peer_poll_interval_seconds:
@@ -177,11 +175,11 @@ class OperatorConfig(_Model):
 
     @property
     def host(self) -> str:
-        return self.listen.rpartition(":")[0].strip("[]")
+        return split_listen(self.listen)[0]
 
     @property
     def port(self) -> int:
-        return int(self.listen.rpartition(":")[2])
+        return split_listen(self.listen)[1]
 
 
 def parse_config(data: Any, source: str = "operator.yaml") -> OperatorConfig:
