@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gridroute import tls
 from gridroute.config import (
     MAX_PORT,
     ListenAddress,
@@ -273,11 +274,35 @@ def parse_config(text: str, source: str = "<config>") -> GatewayConfig:
 
 def load_config(path: str | Path, *, files: bool = True) -> GatewayConfig:
     """Read and validate a config file; with `files`, check that every file it names
-    (certificates, keys, CA bundles) exists and is readable, as a start-up must."""
+    (certificates, keys, CA bundles) exists, is readable and loads into a TLS context,
+    as a start-up must."""
     cfg = load(path, GatewayConfig)
     if files:
         check_files(str(path), named_files(cfg))
+        tls.check(str(path), (tls_files(t, where) for where, t in tls_blocks(cfg)))
     return cfg
+
+
+def tls_blocks(cfg: GatewayConfig) -> list[tuple[str, TLSConfig]]:
+    """Every TLS block of the config with its dotted field path."""
+    blocks = []
+    if cfg.operator is not None and cfg.operator.tls is not None:
+        blocks.append(("operator.tls", cfg.operator.tls))
+    for i, site in enumerate(cfg.sites):
+        if site.tls is not None:
+            blocks.append((f"sites.{i}.tls", site.tls))
+    return blocks
+
+
+def tls_files(t: TLSConfig, where: str = "tls") -> tls.TLSFiles:
+    """The files of a TLS block, each named by its field (`where` is the block's path)."""
+
+    def pem(name: str, path: str | None) -> tls.Pem | None:
+        return None if path is None else tls.Pem(f"{where}.{name}", path)
+
+    return tls.TLSFiles(
+        pem("ca_file", t.ca_file), pem("cert_file", t.cert_file), pem("key_file", t.key_file)
+    )
 
 
 def named_files(cfg: GatewayConfig) -> dict[str, str | None]:
