@@ -74,3 +74,30 @@ def test_check_reports_every_block(certs: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         check("g.yaml", blocks)
     assert [p.field for p in err.value.problems] == ["tls.cert_file", "sites.1.tls.ca_file"]
+
+
+def test_config_loaders_check_every_tls_block_nats_included(certs: Path, tmp_path: Path) -> None:
+    from gridroute.gateway.config import load_config as load_gateway
+    from gridroute.operator.config import load_config as load_operator
+
+    nats = (
+        "signals: {transport: nats, nats: {servers: ['tls://127.0.0.1:4222'],"
+        f" tls: {{caFile: {certs / 'garbage.pem'}}}}}}}\n"
+    )
+    gw = tmp_path / "gw.yaml"
+    gw.write_text(
+        "sites: [{name: a, backend_url: 'https://127.0.0.1:9',"
+        f" tls: {{ca_file: {certs / 'ca.crt'}, cert_file: {certs / 'garbage.pem'},"
+        f" key_file: {certs / 'hub/client.key'}}}}}]\nmodels: [{{name: m}}]\n" + nats
+    )
+    with pytest.raises(ConfigError) as err:
+        load_gateway(gw)
+    assert [p.field for p in err.value.problems] == [
+        "sites.0.tls.cert_file",
+        "signals.nats.tls.caFile",
+    ]
+    op = tmp_path / "op.yaml"
+    op.write_text("site: hub\n" + nats)
+    with pytest.raises(ConfigError) as err:
+        load_operator(op)
+    assert [p.field for p in err.value.problems] == ["signals.nats.tls.caFile"]

@@ -279,18 +279,20 @@ def load_config(path: str | Path, *, files: bool = True) -> GatewayConfig:
     cfg = load(path, GatewayConfig)
     if files:
         check_files(str(path), named_files(cfg))
-        tls.check(str(path), (tls_files(t, where) for where, t in tls_blocks(cfg)))
+        tls.check(str(path), tls_blocks(cfg))
     return cfg
 
 
-def tls_blocks(cfg: GatewayConfig) -> list[tuple[str, TLSConfig]]:
-    """Every TLS block of the config with its dotted field path."""
+def tls_blocks(cfg: GatewayConfig) -> list[tls.TLSFiles]:
+    """The files of every TLS context the gateway will build, named by field."""
     blocks = []
     if cfg.operator is not None and cfg.operator.tls is not None:
-        blocks.append(("operator.tls", cfg.operator.tls))
+        blocks.append(tls_files(cfg.operator.tls, "operator.tls"))
     for i, site in enumerate(cfg.sites):
         if site.tls is not None:
-            blocks.append((f"sites.{i}.tls", site.tls))
+            blocks.append(tls_files(site.tls, f"sites.{i}.tls"))
+    if cfg.signals.nats is not None and cfg.signals.nats.tls is not None:
+        blocks.append(cfg.signals.nats.tls.tls_files("signals.nats.tls"))
     return blocks
 
 

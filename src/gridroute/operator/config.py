@@ -251,6 +251,8 @@ def tls_blocks(cfg: OperatorConfig) -> list[tls.TLSFiles]:
         mc = prov.metrics_config
         if mc is not None and mc.tls is not None:
             blocks.append(metrics_files(mc.tls, f"providers.{i}.metricsConfig.tls"))
+    if cfg.signals.nats is not None and cfg.signals.nats.tls is not None:
+        blocks.append(cfg.signals.nats.tls.tls_files("signals.nats.tls"))
     return blocks
 
 
