@@ -12,14 +12,16 @@ as `sim/` can use it without reaching a socket.
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -149,6 +151,53 @@ def describe(exc: ValidationError) -> list[Problem]:
     return problems
 
 
+_LABEL = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+MAX_PORT = 65535
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """`host:port` -> (host, port); IPv6 hosts in brackets (`[::1]:8080` -> `::1`).
+
+    Port 0 asks the system for a free port. Raises `ValueError` with a message that
+    says what is wrong and what a good value looks like, so the one validator of every
+    listen field (`ListenAddress`) and the code that binds read it the same way.
+    """
+    example = "e.g. 127.0.0.1:8080, 0.0.0.0:9443 or [::1]:8080"
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        raise ValueError(f"must be host:port, {example}")
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ValueError(f"unclosed [ in an IPv6 host, {example}")
+        inner = host[1:-1]
+        try:
+            ipaddress.IPv6Address(inner)
+        except ValueError:
+            raise ValueError(f"not an IPv6 address in brackets: {inner!r}") from None
+        host = inner
+    elif ":" in host:
+        raise ValueError(f"an IPv6 host goes in brackets, e.g. [{host}]:{port or 8080}")
+    elif not host:
+        raise ValueError(f"the host is empty (0.0.0.0 for every interface), {example}")
+    elif len(host) > 253 or not all(_LABEL.match(p) for p in host.removesuffix(".").split(".")):
+        raise ValueError(f"not a host name or address: {host!r}")
+    if not port.isascii() or not port.isdigit():
+        raise ValueError(f"the port must be a number 0-{MAX_PORT}, got {port!r}")
+    number = int(port)
+    if number > MAX_PORT:
+        raise ValueError(f"the port must be 0-{MAX_PORT} (0: any free port), got {number}")
+    return host, number
+
+
+def _check_listen(value: str) -> str:
+    split_listen(value)
+    return value
+
+
+ListenAddress = Annotated[str, AfterValidator(_check_listen)]
+"""A `host:port` to listen on (port 0: any free port); the type of every listen field."""
+
+
 def check_files(source: str, files: Mapping[str, str | Path | None]) -> None:
     """Every file a config names (field -> path) exists and is readable.
 
@@ -163,7 +212,7 @@ def check_files(source: str, files: Mapping[str, str | Path | None]) -> None:
             with Path(path).open("rb"):
                 pass
         except FileNotFoundError:
-            problems.append(Problem(field, f"no such file: {path}"))
+            problems.append(Problem(field, f"no such file: {_shown(path)}"))
             continue
         except IsADirectoryError:
             problems.append(Problem(field, f"is a directory, not a file: {path}"))
@@ -173,3 +222,11 @@ def check_files(source: str, files: Mapping[str, str | Path | None]) -> None:
             continue
     if problems:
         raise ConfigError(source, problems)
+
+
+def _shown(path: str | Path) -> str:
+    """A path as an error shows it: a relative one with the directory it is relative to
+    (the usual mistake is starting a process from another directory)."""
+    if Path(path).is_absolute():
+        return str(path)
+    return f"{path} (relative to the working directory {os.getcwd()})"

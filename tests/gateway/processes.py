@@ -46,7 +46,8 @@ class Proc:
                     self.url = m.group(1)
                     found.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         if wait and not found.wait(timeout):
             self.stop()
             raise AssertionError("no 'listening on' line:\n" + "".join(self.lines))
@@ -58,10 +59,14 @@ class Proc:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
         try:
-            return self.popen.wait(timeout)
+            code = self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             self.popen.kill()
-            return self.popen.wait()
+            code = self.popen.wait()
+        self._pump.join(timeout)  # the pipe's end (EOF) ends it
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
+        return code
 
     def output(self) -> str:
         return "".join(self.lines)
@@ -88,7 +93,8 @@ def http(
         with urllib.request.urlopen(req, timeout=timeout) as r:
             raw, status, headers = r.read(), r.status, dict(r.headers)
     except urllib.error.HTTPError as err:
-        raw, status, headers = err.read(), err.code, dict(err.headers)
+        with err:
+            raw, status, headers = err.read(), err.code, dict(err.headers)
     try:
         return status, json.loads(raw), headers
     except ValueError:

@@ -1,6 +1,13 @@
-"""The `gridroute` command line: one verb per process or tool."""
+"""The `gridroute` command line: one verb per process or tool.
+
+Help is plain text (`rich_markup_mode=None`, inherited by every sub-command): in
+rich mode a help string's `[auto]` or `[default: 60% of all slots]` is read as markup
+and vanishes, and every flag shows as `--serve <bool>`.
+"""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 
@@ -14,7 +21,10 @@ from gridroute.gateway.commands import gateway
 from gridroute.operator.cli import certs_app, operator_command
 
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="gridroute: cross-site LLM routing."
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    help="gridroute: cross-site LLM routing.",
 )
 app.command("fake-server")(fake_server)
 app.command("operator")(operator_command)
@@ -25,6 +35,26 @@ app.add_typer(config_app, name="config")
 app.command("demo")(demo)
 app.command("wait")(wait)
 app.command("load")(load)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from gridroute import __version__
+
+        typer.echo(f"gridroute {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """gridroute: cross-site LLM routing."""
 
 
 @app.command()

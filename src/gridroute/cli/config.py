@@ -20,7 +20,11 @@ from pydantic import BaseModel
 
 from gridroute.config import ConfigError, read_mapping
 
-app = typer.Typer(no_args_is_help=True, help="Config files of every kind: schemas and checks.")
+app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Config files of every kind: schemas and checks.",
+)
 
 
 @dataclass(frozen=True)

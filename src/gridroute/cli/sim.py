@@ -16,7 +16,12 @@ import typer
 WIDE = 160
 """Columns the table gets when stdout is not a terminal."""
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Discrete-event simulator.")
+app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    add_completion=False,
+    help="Discrete-event simulator.",
+)
 
 
 @app.callback()

@@ -30,7 +30,7 @@ async def admit(
     d = decide(snap, model, current.rng, policy, current.own.counts, affinity, exclude=exclude)
     if d.outcome is not Outcome.HOLD:
         return d, snap
-    clock = current.clock
+    clock = current.monotonic  # a deadline: immune to steps of the wall clock
     deadline = clock() + current.snapshot.settings.max_queue_ms / 1000.0
     while True:
         remaining = deadline - clock()

@@ -13,9 +13,10 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-from gridroute.gateway.config import TLSConfig
+from gridroute.gateway.config import TLSConfig, tls_files
 from gridroute.gateway.routing import BackendSpec
 from gridroute.gateway.upstream import Pool
+from gridroute.tls import load_context
 
 
 def ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | None:
@@ -23,9 +24,7 @@ def ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | None:
     default (system CAs, for an https URL; plain TCP for http)."""
     if tls is None:
         return None
-    ctx = ssl.create_default_context(cafile=tls.ca_file)
-    if tls.cert_file and tls.key_file:
-        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    ctx = load_context(tls_files(tls), "gateway config")
     if not tls.verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE

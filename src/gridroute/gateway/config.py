@@ -13,7 +13,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gridroute.config import check_files, load, parse_yaml, validate
+from gridroute import tls
+from gridroute.config import (
+    MAX_PORT,
+    ListenAddress,
+    check_files,
+    load,
+    parse_yaml,
+    split_listen,
+    validate,
+)
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
 from gridroute.relay.nats_link import SignalsTransport
@@ -141,9 +150,9 @@ class LimitsConfig(_Frozen):
 class MetricsListener(_Frozen):
     """The opt-in Prometheus listener."""
 
-    listen: str | None = None
-    """`host:port` serving `/metrics`; with `workers` N, worker i listens on port + i.
-    Default: none (no listener)."""
+    listen: ListenAddress | None = None
+    """`host:port` serving `/metrics` (port 0: any free port); with `workers` N, worker
+    i listens on port + i. Default: none (no listener)."""
 
 
 class TracingConfig(_Frozen):
@@ -192,8 +201,9 @@ class HealthConfig(_Frozen):
 class GatewayConfig(_Frozen):
     """`gridroute gateway --config FILE`: what one gateway routes and how."""
 
-    listen: str = "127.0.0.1:8080"
-    """`host:port` of the OpenAI-compatible API. Default: `127.0.0.1:8080`."""
+    listen: ListenAddress = "127.0.0.1:8080"
+    """`host:port` of the OpenAI-compatible API (IPv6 in brackets, `[::1]:8080`; port 0:
+    any free port, shared by every worker). Default: `127.0.0.1:8080`."""
     workers: int = Field(1, ge=1)
     """Worker processes sharing `listen` (SO_REUSEPORT); each counts as one gateway for
     the fair-share rule. Default: 1."""
@@ -236,6 +246,13 @@ class GatewayConfig(_Frozen):
         dup = {k for k in keys if keys.count(k) > 1}
         if dup:
             raise ValueError(f"sites: duplicate site/provider {sorted(dup)}")
+        if self.metrics.listen is not None:
+            mport = split_listen(self.metrics.listen)[1]
+            if mport and mport + self.workers - 1 > MAX_PORT:
+                raise ValueError(
+                    f"metrics.listen: worker i listens on port + i; with {self.workers} "
+                    f"workers port {mport} runs past {MAX_PORT}"
+                )
         if self.local_site is not None and self.local_site not in names:
             raise ValueError(f"local_site: {self.local_site!r} is not one of the sites")
         seen: set[str] = set()
@@ -257,11 +274,37 @@ def parse_config(text: str, source: str = "<config>") -> GatewayConfig:
 
 def load_config(path: str | Path, *, files: bool = True) -> GatewayConfig:
     """Read and validate a config file; with `files`, check that every file it names
-    (certificates, keys, CA bundles) exists and is readable, as a start-up must."""
+    (certificates, keys, CA bundles) exists, is readable and loads into a TLS context,
+    as a start-up must."""
     cfg = load(path, GatewayConfig)
     if files:
         check_files(str(path), named_files(cfg))
+        tls.check(str(path), tls_blocks(cfg))
     return cfg
+
+
+def tls_blocks(cfg: GatewayConfig) -> list[tls.TLSFiles]:
+    """The files of every TLS context the gateway will build, named by field."""
+    blocks = []
+    if cfg.operator is not None and cfg.operator.tls is not None:
+        blocks.append(tls_files(cfg.operator.tls, "operator.tls"))
+    for i, site in enumerate(cfg.sites):
+        if site.tls is not None:
+            blocks.append(tls_files(site.tls, f"sites.{i}.tls"))
+    if cfg.signals.nats is not None and cfg.signals.nats.tls is not None:
+        blocks.append(cfg.signals.nats.tls.tls_files("signals.nats.tls"))
+    return blocks
+
+
+def tls_files(t: TLSConfig, where: str = "tls") -> tls.TLSFiles:
+    """The files of a TLS block, each named by its field (`where` is the block's path)."""
+
+    def pem(name: str, path: str | None) -> tls.Pem | None:
+        return None if path is None else tls.Pem(f"{where}.{name}", path)
+
+    return tls.TLSFiles(
+        pem("ca_file", t.ca_file), pem("cert_file", t.cert_file), pem("key_file", t.key_file)
+    )
 
 
 def named_files(cfg: GatewayConfig) -> dict[str, str | None]:

@@ -6,9 +6,13 @@ swaps `snapshot` by reference; requests read `snapshot` once and keep it. `own`
 counts this gateway's in-flight per candidate, and `changes` wakes requests held in
 the admission queue when a request ends or a new snapshot arrives.
 
-Time is the wall clock (`time.time`) because the poller re-bases every sample onto
-the reader's wall clock; own-load change points must be on the same clock as the
-samples they correct.
+Two clocks. `clock` is the wall clock (`time.time`) because the poller re-bases every
+sample onto the reader's wall clock; snapshot times and own-load change points must be
+on the same clock as the samples they correct. `monotonic` (`time.monotonic`) times
+everything that is a span rather than a point in the samples' time: admission-queue
+deadlines, request durations, affinity idle times, the decision history's window.
+A wall clock stepped by NTP or by hand would otherwise end a hold at once or stretch it
+by the size of the step.
 """
 
 from __future__ import annotations
@@ -89,9 +93,13 @@ class CurrentGrid:
         settings: AvailabilitySettings,
         rng: Random | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.routing = routing
         self.clock = clock
+        """Wall clock: snapshot times and own-load change points (the samples' clock)."""
+        self.monotonic = monotonic
+        """Deadlines, timeouts and durations: never steps with the wall clock."""
         self.rng = rng or Random()
         self.own = OwnLoad()
         self.affinity = AffinityTable()

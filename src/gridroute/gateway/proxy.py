@@ -130,7 +130,7 @@ class _Retry(Exception):
 async def handle(request: web.Request) -> web.StreamResponse:
     """aiohttp handler of every routed OpenAI endpoint."""
     gw = request.app[GATEWAY]
-    clock = gw.current.clock
+    clock = gw.current.monotonic  # durations and affinity idle times: never the wall clock
     t0 = clock()
     if gw.draining:
         return error_response(503, errs.SHUTTING_DOWN, 1)

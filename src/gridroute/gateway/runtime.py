@@ -123,7 +123,7 @@ class Gateway:
 
     async def _record_history(self) -> None:
         while True:
-            self.history.record(self, self.current.clock())
+            self.history.record(self, self.current.monotonic())
             await asyncio.sleep(1.0)
 
     def _start_signals(self) -> None:

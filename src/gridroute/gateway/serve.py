@@ -25,6 +25,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from gridroute.config import split_listen
 from gridroute.gateway.app import create_app, create_metrics_app
 from gridroute.gateway.config import GatewayConfig, load_config
 from gridroute.gateway.runtime import Gateway
@@ -34,8 +35,8 @@ log = logging.getLogger("gridroute.gateway")
 
 
 def split_hostport(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    """A validated listen field (`gridroute.config.ListenAddress`) as (host, port)."""
+    return split_listen(value)
 
 
 def _install_uvloop() -> str:

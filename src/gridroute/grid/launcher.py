@@ -69,8 +69,12 @@ def http_json(
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="GET" if data is None else "POST")
     req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
-        raw = resp.read()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as err:
+        err.close()  # it holds the answer's socket; callers that catch it never read it
+        raise
     return json.loads(raw) if raw.strip() else None
 
 

@@ -11,7 +11,11 @@ from typing import Annotated
 
 import typer
 
-certs_app = typer.Typer(no_args_is_help=True, help="Site certificates for mutual TLS.")
+certs_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Site certificates for mutual TLS.",
+)
 
 
 def operator_command(

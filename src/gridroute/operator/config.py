@@ -17,7 +17,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from gridroute.config import ConfigError, check_files, load, validate
+from gridroute import tls
+from gridroute.config import ConfigError, ListenAddress, check_files, load, split_listen, validate
 from gridroute.relay.nats_link import SignalsTransport
 from gridroute.wire.prometheus import MetricsFormat
 from gridroute.wire.signals import NAME_PATTERN
@@ -119,8 +120,9 @@ class OperatorConfig(_Model):
 
     site: Name
     """This site's name; every own row is labelled with it."""
-    listen: str = "0.0.0.0:9443"
-    """host:port of the /signals, /metrics, /status and /healthz listener."""
+    listen: ListenAddress = "0.0.0.0:9443"
+    """host:port of the /signals, /metrics, /status and /healthz listener (IPv6 in
+    brackets, `[::]:9443`; port 0: any free port)."""
     trust_domain: str = Field("gridroute.local", pattern=r"^[a-z0-9.-]+$")
     """SPIFFE trust domain of the site certificates."""
     tls: TLSFiles | None = None
@@ -152,9 +154,6 @@ class OperatorConfig(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> OperatorConfig:
-        host, _, port = self.listen.rpartition(":")
-        if not host or not port.isdigit() or int(port) > 65535:
-            raise ValueError(f"listen must be host:port, got {self.listen!r}")
         if self.scrape_timeout_s >= self.scrape_interval_seconds:
             raise ValueError("scrapeTimeoutSeconds must be shorter than scrapeIntervalSeconds")
         if self.peer_timeout_s >= self.peer_poll_interval_seconds:
@@ -177,11 +176,11 @@ class OperatorConfig(_Model):
 
     @property
     def host(self) -> str:
-        return self.listen.rpartition(":")[0].strip("[]")
+        return split_listen(self.listen)[0]
 
     @property
     def port(self) -> int:
-        return int(self.listen.rpartition(":")[2])
+        return split_listen(self.listen)[1]
 
 
 def parse_config(data: Any, source: str = "operator.yaml") -> OperatorConfig:
@@ -207,12 +206,54 @@ def _env_override(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_config(path: Path, *, files: bool = True) -> OperatorConfig:
-    """Read and validate `path`; with `files`, check that every file it names exists
-    and is readable, as a start-up must."""
+    """Read and validate `path`; with `files`, check that every file it names exists,
+    is readable and loads into a TLS context, as a start-up must."""
     cfg = load(path, OperatorConfig, _env_override)
     if files:
         check_files(str(path), named_files(cfg))
+        tls.check(str(path), tls_blocks(cfg))
     return cfg
+
+
+def server_files(t: TLSFiles) -> tls.TLSFiles:
+    """The listener's files, each named by its field."""
+    return tls.TLSFiles(
+        tls.Pem("tls.ca", t.ca), tls.Pem("tls.cert", t.cert), tls.Pem("tls.key", t.key)
+    )
+
+
+def client_files(t: TLSFiles) -> tls.TLSFiles:
+    """The peer poller's files: `clientCert`/`clientKey`, else the server's own."""
+    cert = (
+        tls.Pem("tls.clientCert", t.client_cert) if t.client_cert else tls.Pem("tls.cert", t.cert)
+    )
+    key = tls.Pem("tls.clientKey", t.client_key) if t.client_key else tls.Pem("tls.key", t.key)
+    return tls.TLSFiles(tls.Pem("tls.ca", t.ca), cert, key)
+
+
+def metrics_files(t: MetricsTLS, where: str) -> tls.TLSFiles:
+    """A metrics endpoint's files, named under `where` (the block's field path)."""
+
+    def pem(name: str, path: Path | None) -> tls.Pem | None:
+        return None if path is None else tls.Pem(f"{where}.{name}", path)
+
+    return tls.TLSFiles(pem("ca", t.ca), pem("cert", t.cert), pem("key", t.key))
+
+
+def tls_blocks(cfg: OperatorConfig) -> list[tls.TLSFiles]:
+    """Every TLS context the operator will build, with its files named by field."""
+    blocks = []
+    if cfg.tls is not None:
+        blocks.append(server_files(cfg.tls))
+        if cfg.tls.client_cert or cfg.tls.client_key:
+            blocks.append(client_files(cfg.tls))
+    for i, prov in enumerate(cfg.providers):
+        mc = prov.metrics_config
+        if mc is not None and mc.tls is not None:
+            blocks.append(metrics_files(mc.tls, f"providers.{i}.metricsConfig.tls"))
+    if cfg.signals.nats is not None and cfg.signals.nats.tls is not None:
+        blocks.append(cfg.signals.nats.tls.tls_files("signals.nats.tls"))
+    return blocks
 
 
 def named_files(cfg: OperatorConfig) -> dict[str, Path | None]:
@@ -228,6 +269,8 @@ def named_files(cfg: OperatorConfig) -> dict[str, Path | None]:
             where = f"providers.{i}.metricsConfig.tls"
             files |= {f"{where}.ca": mc.tls.ca, f"{where}.cert": mc.tls.cert}
             files |= {f"{where}.key": mc.tls.key}
+        if mc is not None and mc.bearer_token_file is not None:
+            files[f"providers.{i}.metricsConfig.bearerTokenFile"] = mc.bearer_token_file
     if cfg.signals.nats is not None:
         files |= cfg.signals.nats.files("signals.nats")
     return files

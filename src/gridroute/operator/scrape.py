@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import aiohttp
 
 from gridroute.core.sample import Sample
-from gridroute.operator.config import MetricsTLS, ProviderConfig
+from gridroute.operator.config import MetricsTLS, ProviderConfig, metrics_files
 from gridroute.operator.metrics import OperatorMetrics
+from gridroute.tls import load_context
 from gridroute.wire.prometheus import MAX_EXPOSITION_BYTES, ExpositionError, parse_exposition
 
 log = logging.getLogger(__name__)
@@ -48,9 +49,7 @@ def metrics_ssl(tls: MetricsTLS | None) -> ssl.SSLContext | None:
     """The client context for an https metrics endpoint, or None for the default."""
     if tls is None:
         return None
-    ctx = ssl.create_default_context(cafile=str(tls.ca) if tls.ca else None)
-    if tls.cert is not None:
-        ctx.load_cert_chain(str(tls.cert), str(tls.key) if tls.key else None)
+    ctx = load_context(metrics_files(tls, "metricsConfig.tls"), "operator config")
     if tls.insecure_skip_verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE

@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import ssl
 
-from gridroute.operator.config import TLSFiles
+from gridroute.operator.config import TLSFiles, client_files, server_files
 from gridroute.relay.poller import client_ssl_context
+from gridroute.tls import load_context
+
+SOURCE = "operator config"
+"""What a TLS error names as its file when the config's path is not at hand (the
+config was checked at load, so this is for files changed since)."""
 
 
 def server_context(tls: TLSFiles) -> ssl.SSLContext:
     """Serve with this site's certificate; require a client certificate from the CA."""
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(tls.ca))
-    ctx.load_cert_chain(str(tls.cert), str(tls.key))
+    ctx = load_context(server_files(tls), SOURCE, ssl.Purpose.CLIENT_AUTH)
     ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
 
 def client_context(tls: TLSFiles) -> ssl.SSLContext:
     """Poll with this site's client certificate; require a peer chain to the CA."""
-    return client_ssl_context(
-        str(tls.ca), str(tls.client_cert or tls.cert), str(tls.client_key or tls.key)
-    )
+    return client_ssl_context(client_files(tls), SOURCE)

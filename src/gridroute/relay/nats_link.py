@@ -10,13 +10,14 @@ row names the site of its subject (docs/signals.md, "NATS").
 
 from __future__ import annotations
 
-import ssl
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+from gridroute.tls import Pem, TLSFiles, load_context
 
 DEFAULT_PREFIX = "gridroute.signals"
 
@@ -47,6 +48,18 @@ class NatsTLS(_Model):
     """Client certificate (the server may map it to a user: `verify_and_map`)."""
     key_file: Path | None = None
     """Private key of `cert_file`."""
+
+    def tls_files(self, where: str) -> TLSFiles:
+        """The files, each named by its field under `where` (the block's path)."""
+
+        def pem(name: str, path: Path | None) -> Pem | None:
+            return None if path is None else Pem(f"{where}.{name}", path)
+
+        return TLSFiles(
+            pem("caFile", self.ca_file),
+            pem("certFile", self.cert_file),
+            pem("keyFile", self.key_file),
+        )
 
 
 class NatsLink(_Model):
@@ -117,11 +130,5 @@ def connect_options(link: NatsLink, name: str) -> dict[str, Any]:
     if link.password_file is not None:
         opts["password"] = link.password_file.read_text(encoding="utf-8").strip()
     if link.tls is not None:
-        ctx = ssl.create_default_context(
-            ssl.Purpose.SERVER_AUTH,
-            cafile=str(link.tls.ca_file) if link.tls.ca_file is not None else None,
-        )
-        if link.tls.cert_file is not None and link.tls.key_file is not None:
-            ctx.load_cert_chain(str(link.tls.cert_file), str(link.tls.key_file))
-        opts["tls"] = ctx
+        opts["tls"] = load_context(link.tls.tls_files("signals.nats.tls"), "config")
     return opts

@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gridroute.tls import TLSFiles, load_context
 from gridroute.wire.signals import (
     CURSOR_HEADER,
     PEER_MAX_LINES,
@@ -60,7 +61,7 @@ class PollResult(StrEnum):
     BAD_IDENTITY = "bad_identity"
 
 
-def client_ssl_context(ca: str, cert: str, key: str) -> ssl.SSLContext:
+def client_ssl_context(files: TLSFiles, source: str = "operator config") -> ssl.SSLContext:
     """The context a poller presents: our client certificate, the site CA, no host names.
 
     Capped at TLS 1.2 on purpose: under TLS 1.3 a responder that refuses our client
@@ -68,8 +69,7 @@ def client_ssl_context(ca: str, cert: str, key: str) -> ssl.SSLContext:
     cannot tell from a crash; under 1.2 the refusal is a handshake alert, which is
     what lets a poll end in `unauthorized` rather than `unreachable`.
     """
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
-    ctx.load_cert_chain(cert, key)
+    ctx = load_context(files, source, ssl.Purpose.SERVER_AUTH)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
