@@ -64,7 +64,7 @@ def test_demo_help_shows_its_defaults() -> None:
     """The reported case: `--clients  Clients under capacity .`"""
     out = CliRunner().invoke(app, ["demo", "--help"]).output
     assert "Clients under capacity [default: 60% of all slots]" in " ".join(out.split())
-    assert re.search(r"--serve\s+Leave the grid up", out)
+    assert re.search(r"--serve\s+Then leave the grid up", out)
 
 
 def test_version() -> None:
