@@ -6,6 +6,7 @@ import typer
 
 from gridroute.cli.config import app as config_app
 from gridroute.cli.sim import app as sim_app
+from gridroute.control.cli import traffic_app, trafficmap_app
 from gridroute.demo.cli import demo
 from gridroute.fakeserver.cli import fake_server
 from gridroute.gateway.commands import gateway
@@ -21,6 +22,8 @@ app.add_typer(sim_app, name="sim")
 app.command("gateway")(gateway)
 app.add_typer(config_app, name="config")
 app.command("demo")(demo)
+app.add_typer(trafficmap_app, name="trafficmap")
+app.add_typer(traffic_app, name="traffic")
 
 
 @app.command()
