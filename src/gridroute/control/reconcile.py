@@ -157,6 +157,7 @@ class Reconciler:
 
     async def run_once(self, session: aiohttp.ClientSession | None = None) -> PassResult:
         errors = self.reload()
+        self._restore_gates()
         if session is None:
             async with aiohttp.ClientSession() as own:
                 await self.observations.gather(own, self.loaded)
@@ -185,6 +186,7 @@ class Reconciler:
         computed: list[tuple[ServiceConfig, TrafficMap, TrafficMap | None]] = []
         results: list[ServiceResult] = []
         errors = [r.message for r in loaded.refused]
+        held = {(r.namespace, r.name) for r in loaded.refused}
         for refused in loaded.refused:
             results.append(self._hold(store, refused.namespace, refused.name, refused.message))
         for svc in loaded.services:
@@ -195,6 +197,7 @@ class Reconciler:
             except DrainError as exc:
                 log.error("services[%s]: %s", svc.name, exc)
                 errors.append(f"services[{svc.name}]: {exc}")
+                held.add((svc.namespace, svc.name))
                 results.append(self._hold(store, svc.namespace, svc.name, str(exc)))
                 continue
             prior = self._prior(store, svc)
@@ -206,27 +209,40 @@ class Reconciler:
             result, final = self._publish(svc, tm, prior, overlay_error, now)
             store.write_map(final)
             results.append(result)
-        results.extend(self._finalize(store, {(s.namespace, s.name) for s, _, _ in computed}))
+        keep = held | {(s.namespace, s.name) for s, _, _ in computed}
+        results.extend(self._finalize(store, keep))
         return PassResult(tuple(results), tuple(errors))
 
     # --- steps ------------------------------------------------------------------------
 
     def _prior(self, store: Store, svc: ServiceConfig) -> TrafficMap | None:
         try:
-            prior = store.read_map(svc.namespace, svc.name)
+            return store.read_map(svc.namespace, svc.name)
         except StoreError as exc:
             log.warning("stored map unreadable, rebuilding it: %s", exc)
             return None
-        key = (svc.namespace, svc.name)
-        if prior is not None and key not in self._restored:
+
+    def _restore_gates(self) -> None:
+        """On first sight of a service, take probe hysteresis from its stored map, where
+        the map's policy digest is the current policy's (a restart keeps gates closed)."""
+        store = self.store
+        for svc in self.loaded.services:
+            key = (svc.namespace, svc.name)
+            if key in self._restored:
+                continue
+            self._restored.add(key)
+            try:
+                prior = store.read_map(*key)
+            except StoreError:
+                continue
+            if prior is None:
+                continue
             digest = policy_digest(svc.probe(self.loaded.config.probe))
             for entry in prior.spec.entries:
                 state = _probe_state(entry.probe)
                 if state is not None and entry.probe and entry.probe.policy_digest == digest:
                     home = (svc.namespace, svc.name, entry.cluster)
                     self.observations.restore_probe(home, digest, state)
-        self._restored.add(key)
-        return prior
 
     def _build(
         self, svc: ServiceConfig, drains: tuple[Drain, ...], prior: TrafficMap | None, now: float
@@ -375,14 +391,14 @@ class Reconciler:
         weights = {e.cluster: e.weight for e in prior.spec.entries}
         return ServiceResult(namespace, name, outcome, weights, None, message)
 
-    def _finalize(self, store: Store, routed: set[tuple[str, str]]) -> list[ServiceResult]:
-        """Remove the route, then the map, of every service no longer routed."""
-        held = {(r.namespace, r.name) for r in self.loaded.refused}
+    def _finalize(self, store: Store, keep: set[tuple[str, str]]) -> list[ServiceResult]:
+        """Remove the route, then the map, of every service no longer routed (held ones,
+        whose config or drains are invalid, are kept)."""
         out = []
         directory = self._directory()
         for tm in store.maps():
             key = (tm.metadata.namespace, tm.metadata.name)
-            if key in routed or key in held:
+            if key in keep:
                 continue
             now = self.clock()
             finalizing = [
