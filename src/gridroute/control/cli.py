@@ -264,3 +264,14 @@ def undrain(
             typer.echo(f"{ns}/{svc}: {len(drains) - len(keep)} drain(s) of {cluster} removed")
     if removed == 0:
         raise _fail(f"no drain holds {cluster}")
+
+
+@trafficmap_app.command("demo")
+def demo(
+    period: Annotated[float, typer.Option(help="Probe and reconcile period, seconds.")] = 0.5,
+    step_timeout: Annotated[float, typer.Option(help="Longest wait for a step, seconds.")] = 20.0,
+) -> None:
+    """A live map over local operators: drain, undrain, probe down, restore."""
+    from gridroute.demo.trafficmap import run_trafficmap_demo
+
+    raise typer.Exit(run_trafficmap_demo(period, step_timeout))

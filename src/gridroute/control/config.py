@@ -221,6 +221,15 @@ class Publish(_Model):
     backend_tls: BackendTLS = Field(BackendTLS(), alias="backendTLS")
 
 
+class OperatorTLS(_Model):
+    """Client certificate for reading https operators (they require mutual TLS)."""
+
+    ca: Path
+    """CA bundle the operators' certificates chain to."""
+    cert: Path
+    key: Path
+
+
 class ControlConfig(_Model):
     """control.yaml, except `services` (each validated on its own: `load`)."""
 
@@ -230,6 +239,8 @@ class ControlConfig(_Model):
     probe: ProbeSpec = ProbeSpec()
     capacity_polling: CapacityPolling = CapacityPolling()
     publish: Publish = Publish()
+    operator_tls: OperatorTLS | None = Field(None, alias="operatorTLS")
+    """Needed when operators' URLs are https; relative paths are taken from this file."""
     services: list[Any] = []
 
 

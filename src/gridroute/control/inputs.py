@@ -17,7 +17,13 @@ import aiohttp
 
 from gridroute.control.config import Loaded, OperatorRef, ProbeSpec, ServiceConfig
 from gridroute.control.probes import policy_digest, probe, probeable
-from gridroute.control.readings import READY_HOLD_S, ReadyReading, read_capacity, read_ready
+from gridroute.control.readings import (
+    READY_HOLD_S,
+    ReadyReading,
+    operator_ssl,
+    read_capacity,
+    read_ready,
+)
 from gridroute.core.capacityreport import Attempt, ReportPolicy, read
 from gridroute.core.probegate import ProbeState, ProbeThresholds, step
 from gridroute.core.trafficmap import Drain, Home, MapInput, lowest_counts
@@ -72,8 +78,9 @@ class Observations:
     async def _gather_ready(self, session: aiohttp.ClientSession, loaded: Loaded) -> None:
         keys = sorted(_refs(loaded))
         timeout = loaded.config.probe.timeout_seconds
+        tls = operator_ssl(loaded.config.operator_tls, loaded.base)
         results = await asyncio.gather(
-            *(read_ready(session, OperatorRef(url=u, provider=p), timeout) for u, p in keys),
+            *(read_ready(session, OperatorRef(url=u, provider=p), timeout, tls) for u, p in keys),
             return_exceptions=True,
         )
         now = self.clock()
@@ -92,8 +99,9 @@ class Observations:
             return
         self._capacity_at = now
         keys = sorted(_refs(loaded))
+        tls = operator_ssl(loaded.config.operator_tls, loaded.base)
         attempts = await asyncio.gather(
-            *(read_capacity(session, OperatorRef(url=u, provider=p), polling) for u, p in keys)
+            *(read_capacity(session, OperatorRef(url=u, provider=p), polling, tls) for u, p in keys)
         )
         for key, attempt in zip(keys, attempts, strict=True):
             kept = self.capacity.get(key)

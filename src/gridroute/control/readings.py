@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
+import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from gridroute.control.config import CapacityPolling, OperatorRef
+from gridroute.control.config import CapacityPolling, OperatorRef, OperatorTLS
 from gridroute.core.capacityreport import Attempt, CapacityReport
 
 READY_HOLD_S = 30.0
@@ -34,17 +36,37 @@ class ReadingError(Exception):
     """An operator answer that is not what was asked for."""
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, timeout_s: float) -> Any:
+def operator_ssl(tls: OperatorTLS | None, base: Path) -> ssl.SSLContext | None:
+    """The client context for https operators (their server names are checked)."""
+    if tls is None:
+        return None
+
+    def at(p: Path) -> str:
+        return str(p if p.is_absolute() else base / p)
+
+    ctx = ssl.create_default_context(cafile=at(tls.ca))
+    ctx.load_cert_chain(at(tls.cert), at(tls.key))
+    return ctx
+
+
+async def _get_json(
+    session: aiohttp.ClientSession, url: str, timeout_s: float, tls: ssl.SSLContext | None
+) -> Any:
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with session.get(url, timeout=timeout) as resp:
+    async with session.get(url, timeout=timeout, ssl=tls if tls is not None else True) as resp:
         if resp.status != 200:
             raise ReadingError(f"GET {url}: {resp.status}")
         return await resp.json(content_type=None)
 
 
-async def read_ready(session: aiohttp.ClientSession, ref: OperatorRef, timeout_s: float) -> int:
+async def read_ready(
+    session: aiohttp.ClientSession,
+    ref: OperatorRef,
+    timeout_s: float,
+    tls: ssl.SSLContext | None = None,
+) -> int:
     """Ready endpoints of `ref.provider` in the operator's latest sample (0 without one)."""
-    status = await _get_json(session, ref.url.rstrip("/") + "/status", timeout_s)
+    status = await _get_json(session, ref.url.rstrip("/") + "/status", timeout_s, tls)
     for provider in status.get("providers", []):
         if provider.get("name") == ref.provider:
             latest = provider.get("latest") or {}
@@ -75,12 +97,15 @@ def parse_report(body: Any) -> CapacityReport:
 
 
 async def read_capacity(
-    session: aiohttp.ClientSession, ref: OperatorRef, polling: CapacityPolling
+    session: aiohttp.ClientSession,
+    ref: OperatorRef,
+    polling: CapacityPolling,
+    tls: ssl.SSLContext | None = None,
 ) -> Attempt:
     """One capacity poll of a home's operator: the report, or why there is none."""
     url = ref.url.rstrip("/") + polling.path.replace("{provider}", ref.provider)
     try:
-        body = await _get_json(session, url, polling.timeout_seconds)
+        body = await _get_json(session, url, polling.timeout_seconds, tls)
         return Attempt(parse_report(body))
     except TimeoutError:
         return Attempt(None, "timed out")
