@@ -36,6 +36,7 @@ from gridroute.control.config import ControlConfigError, Loaded, ServiceConfig, 
 from gridroute.control.inputs import Observations
 from gridroute.control.probes import policy_digest
 from gridroute.control.publish_directory import DirectoryPublisher, PublishError
+from gridroute.control.publish_kubernetes import KubernetesPublisher, from_kubeconfig
 from gridroute.control.publish_overlay import OverlayPublisher
 from gridroute.control.store import Store, StoreError
 from gridroute.core.generation import next_generation
@@ -67,6 +68,8 @@ from gridroute.wire.trafficmap import (
 log = logging.getLogger(__name__)
 
 FINALIZER = "ome.io/trafficmap-publisher"
+
+RoutePublisher = DirectoryPublisher | KubernetesPublisher
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +124,12 @@ class Reconciler:
         *,
         clock: Callable[[], float] = time.time,
         loaded: Loaded | None = None,
+        kubernetes: KubernetesPublisher | None = None,
     ) -> None:
         self.config_path = config_path
         self.clock = clock
         self.loaded = loaded or load(config_path)
+        self._kubernetes = kubernetes
         self.observations = Observations(clock)
         self._restored: set[tuple[str, str]] = set()
 
@@ -140,8 +145,23 @@ class Reconciler:
         o = self.loaded.config.publish.overlay
         return None if o is None else OverlayPublisher(self.loaded.path(o))
 
+    def _route_publishers(self) -> list[RoutePublisher]:
+        """Directory and/or Kubernetes; a Kubernetes client is made on first use."""
+        pubs: list[RoutePublisher] = []
+        directory = self._directory()
+        if directory is not None:
+            pubs.append(directory)
+        kube = self.loaded.config.publish.kubernetes
+        if kube.enabled:
+            if self._kubernetes is None:
+                self._kubernetes = from_kubeconfig(kube.field_manager)
+            pubs.append(self._kubernetes)
+        return pubs
+
     def publisher_name(self) -> str:
         names = [p.name for p in (self._directory(), self._overlay()) if p is not None]
+        if self.loaded.config.publish.kubernetes.enabled:
+            names.insert(len(names) - (self._overlay() is not None), "kubernetes")
         return ",".join(names) or "none"
 
     def reload(self) -> list[str]:
@@ -302,23 +322,29 @@ class Reconciler:
         overlay_error: str | None,
         now: float,
     ) -> tuple[ServiceResult, TrafficMap]:
-        directory = self._directory()
         opts = route_options(self.loaded, svc)
         status = tm.status
         outcome, message, route_path = PublishOutcome.PUBLISHED, "", None
         gateway_ref, claimed = status.gateway_ref, status.publisher
         observed = status.observed_traffic_map_generation
         weights = {e.cluster: e.weight for e in tm.spec.entries}
-        if directory is None and self._overlay() is None:
+        try:
+            pubs = self._route_publishers()
+        except PublishError as exc:
+            pubs, outcome, message = [], PublishOutcome.APPLY_FAILED, str(exc)
+        if outcome is not PublishOutcome.PUBLISHED:
+            pass
+        elif not pubs and self._overlay() is None:
             outcome, message = PublishOutcome.WITHDRAWN, "no publisher is configured"
-        elif directory is not None:
+        elif pubs:
             try:
                 rendered = render(tm, opts)
             except PlanRefused as refused:
                 outcome, message = refused.outcome, str(refused)
                 if outcome is PublishOutcome.WITHDRAWN and gateway_ref is not None:
                     try:
-                        directory.remove(gateway_ref.namespace or svc.namespace, gateway_ref.name)
+                        for pub in pubs:
+                            pub.remove(gateway_ref.namespace or svc.namespace, gateway_ref.name)
                         gateway_ref, claimed = None, None
                     except PublishError as exc:
                         outcome, message = PublishOutcome.UNPUBLISH_FAILED, str(exc)
@@ -327,11 +353,14 @@ class Reconciler:
             else:
                 meta = rendered.route["metadata"]
                 try:
-                    directory.apply(rendered)
+                    for pub in pubs:
+                        pub.apply(rendered)
                 except PublishError as exc:
                     outcome, message = PublishOutcome.APPLY_FAILED, str(exc)
                 else:
-                    route_path = directory.path(meta["namespace"], meta["name"])
+                    directory = self._directory()
+                    if directory is not None:
+                        route_path = directory.path(meta["namespace"], meta["name"])
                     gateway_ref = GatewayRef(name=meta["name"], namespace=meta["namespace"])
                     claimed = Publisher(
                         publisher_name=self.publisher_name(),
@@ -395,7 +424,6 @@ class Reconciler:
         """Remove the route, then the map, of every service no longer routed (held ones,
         whose config or drains are invalid, are kept)."""
         out = []
-        directory = self._directory()
         for tm in store.maps():
             key = (tm.metadata.namespace, tm.metadata.name)
             if key in keep:
@@ -416,8 +444,9 @@ class Reconciler:
             store.write_map(tm.model_copy(update={"status": status}))
             ref = tm.status.gateway_ref
             try:
-                if directory is not None and ref is not None:
-                    directory.remove(ref.namespace or key[0], ref.name)
+                if ref is not None:
+                    for pub in self._route_publishers():
+                        pub.remove(ref.namespace or key[0], ref.name)
             except PublishError as exc:
                 log.error("%s: %s", FAILED_LOG_LINE, exc)
                 failed = [
