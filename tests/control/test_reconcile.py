@@ -263,3 +263,27 @@ def test_capacity_factors_weight_heterogeneous_clusters(tmp_path: Path, factors,
     data["services"][0]["routing"] = {"capacityFactors": factors}
     run(Reconciler(write(tmp_path, data), clock=Clock()))
     assert [e.weight for e in the_map(tmp_path).spec.entries] == expected
+
+
+def test_the_loop_runs_passes_until_stopped(tmp_path: Path) -> None:
+    data = seed()
+    data["reconcileIntervalSeconds"] = 0.01
+    rec = Reconciler(write(tmp_path, data), clock=Clock())
+    seen: list[dict[str, int]] = []
+
+    async def body() -> None:
+        stop = asyncio.Event()
+
+        def on_pass(result) -> None:
+            seen.append(result.services[0].weights)
+            if len(seen) == 1:  # an operator drains between passes
+                Store(tmp_path / "state").write_drains(
+                    "llama-demo", "llama-chat", (Drain("m", "cluster-a"),)
+                )
+            if len(seen) == 3:
+                stop.set()
+
+        await asyncio.wait_for(rec.run(stop, on_pass), timeout=30)
+
+    asyncio.run(body())
+    assert seen == [{"cluster-a": 2, "cluster-b": 1}] + [{"cluster-a": 0, "cluster-b": 1}] * 2
