@@ -10,7 +10,7 @@ One pass, per service:
 3. render the HTTPRoute and publish it (directory; the overlay file gets every map's
    weights); on failure the last published route stays, Published goes False with the
    reason, and `observedTrafficMapGeneration` keeps the generation last written;
-4. write the map with the publisher's status.
+4. write the map with the publisher's status (`publication`).
 
 A service whose entry in control.yaml (or whose drain record) is invalid is not
 recomputed: its map keeps its last table, Published goes False with reason
@@ -27,7 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -35,28 +35,17 @@ import aiohttp
 from gridroute.control.config import ControlConfigError, Loaded, ServiceConfig, load
 from gridroute.control.inputs import Observations
 from gridroute.control.probes import policy_digest
-from gridroute.control.publish_directory import DirectoryPublisher, PublishError
-from gridroute.control.publish_kubernetes import KubernetesPublisher, from_kubeconfig
-from gridroute.control.publish_overlay import OverlayPublisher
+from gridroute.control.publication import Publication, ServiceResult
+from gridroute.control.publish_kubernetes import KubernetesPublisher
 from gridroute.control.store import Store, StoreError
 from gridroute.core.generation import next_generation
 from gridroute.core.probegate import ProbeResult, ProbeState
 from gridroute.core.trafficmap import Drain, compute
 from gridroute.core.trafficmap_conditions import table_conditions
-from gridroute.core.trafficmap_publication import (
-    FAILED_LOG_LINE,
-    PublishOutcome,
-    publication_fallback,
-    published,
-)
 from gridroute.wire.drains import DrainError
-from gridroute.wire.httproute import PlanRefused, RouteOptions, claimed_target, render
 from gridroute.wire.trafficmap import (
-    GatewayRef,
     Metadata,
     Probe,
-    Publisher,
-    Spec,
     Status,
     TrafficMap,
     conditions,
@@ -67,41 +56,11 @@ from gridroute.wire.trafficmap import (
 
 log = logging.getLogger(__name__)
 
-FINALIZER = "ome.io/trafficmap-publisher"
-
-RoutePublisher = DirectoryPublisher | KubernetesPublisher
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceResult:
-    """What one pass did for one service (the CLI prints these)."""
-
-    namespace: str
-    name: str
-    outcome: PublishOutcome
-    weights: dict[str, int] = field(default_factory=dict)
-    route: Path | None = None
-    message: str = ""
-
 
 @dataclass(frozen=True, slots=True)
 class PassResult:
     services: tuple[ServiceResult, ...]
     errors: tuple[str, ...] = ()
-
-
-def route_options(loaded: Loaded, svc: ServiceConfig) -> RouteOptions:
-    pub = loaded.config.publish
-    return RouteOptions(
-        global_gateway=pub.global_gateway,
-        backend_port=pub.backend_port,
-        hostname=svc.global_host,
-        host_template=pub.global_host_template,
-        route_namespace=pub.route_namespace,
-        rewrite_hostname=pub.rewrite_hostname,
-        backend_tls=pub.backend_tls.enabled,
-        ca_config_map=pub.backend_tls.ca_config_map,
-    )
 
 
 def _probe_state(entry_probe: Probe | None) -> ProbeState | None:
@@ -129,7 +88,7 @@ class Reconciler:
         self.config_path = config_path
         self.clock = clock
         self.loaded = loaded or load(config_path)
-        self._kubernetes = kubernetes
+        self.publication = Publication(self.loaded, clock, kubernetes)
         self.observations = Observations(clock)
         self._restored: set[tuple[str, str]] = set()
 
@@ -137,37 +96,11 @@ class Reconciler:
     def store(self) -> Store:
         return Store(self.loaded.path(self.loaded.config.store))
 
-    def _directory(self) -> DirectoryPublisher | None:
-        d = self.loaded.config.publish.directory
-        return None if d is None else DirectoryPublisher(self.loaded.path(d))
-
-    def _overlay(self) -> OverlayPublisher | None:
-        o = self.loaded.config.publish.overlay
-        return None if o is None else OverlayPublisher(self.loaded.path(o))
-
-    def _route_publishers(self) -> list[RoutePublisher]:
-        """Directory and/or Kubernetes; a Kubernetes client is made on first use."""
-        pubs: list[RoutePublisher] = []
-        directory = self._directory()
-        if directory is not None:
-            pubs.append(directory)
-        kube = self.loaded.config.publish.kubernetes
-        if kube.enabled:
-            if self._kubernetes is None:
-                self._kubernetes = from_kubeconfig(kube.field_manager)
-            pubs.append(self._kubernetes)
-        return pubs
-
-    def publisher_name(self) -> str:
-        names = [p.name for p in (self._directory(), self._overlay()) if p is not None]
-        if self.loaded.config.publish.kubernetes.enabled:
-            names.insert(len(names) - (self._overlay() is not None), "kubernetes")
-        return ",".join(names) or "none"
-
     def reload(self) -> list[str]:
         """Re-read control.yaml; an unreadable file keeps the last good one."""
         try:
             self.loaded = load(self.config_path)
+            self.publication.loaded = self.loaded
         except ControlConfigError as exc:
             log.error("control.yaml refused, keeping the last good config: %s", exc)
             return [str(exc)]
@@ -208,7 +141,9 @@ class Reconciler:
         errors = [r.message for r in loaded.refused]
         held = {(r.namespace, r.name) for r in loaded.refused}
         for refused in loaded.refused:
-            results.append(self._hold(store, refused.namespace, refused.name, refused.message))
+            results.append(
+                self.publication.hold(store, refused.namespace, refused.name, refused.message)
+            )
         for svc in loaded.services:
             if not svc.routing.enabled:
                 continue
@@ -218,19 +153,19 @@ class Reconciler:
                 log.error("services[%s]: %s", svc.name, exc)
                 errors.append(f"services[{svc.name}]: {exc}")
                 held.add((svc.namespace, svc.name))
-                results.append(self._hold(store, svc.namespace, svc.name, str(exc)))
+                results.append(self.publication.hold(store, svc.namespace, svc.name, str(exc)))
                 continue
             prior = self._prior(store, svc)
             tm = self._build(svc, drains, prior, now)
             computed.append((svc, tm, prior))
 
-        overlay_error = self._publish_overlay([tm for _, tm, _ in computed], store)
+        overlay_error = self.publication.overlay_write([tm for _, tm, _ in computed], store)
         for svc, tm, prior in computed:
-            result, final = self._publish(svc, tm, prior, overlay_error, now)
+            result, final = self.publication.publish(svc, tm, prior, overlay_error, now)
             store.write_map(final)
             results.append(result)
         keep = held | {(s.namespace, s.name) for s, _, _ in computed}
-        results.extend(self._finalize(store, keep))
+        results.extend(self.publication.finalize(store, keep))
         return PassResult(tuple(results), tuple(errors))
 
     # --- steps ------------------------------------------------------------------------
@@ -300,169 +235,3 @@ class Reconciler:
             finalizers=prior.metadata.finalizers if prior else None,
         )
         return TrafficMap(metadata=meta, spec=new_spec, status=status)
-
-    def _publish_overlay(self, maps: list[TrafficMap], store: Store) -> str | None:
-        overlay = self._overlay()
-        if overlay is None:
-            return None
-        held = [m for m in store.maps() if (m.metadata.namespace, m.metadata.name) not in
-                {(t.metadata.namespace, t.metadata.name) for t in maps}]  # fmt: skip
-        try:
-            overlay.write(maps + [m for m in held if m.spec.entries])
-        except PublishError as exc:
-            log.error("%s: %s", FAILED_LOG_LINE, exc)
-            return str(exc)
-        return None
-
-    def _publish(
-        self,
-        svc: ServiceConfig,
-        tm: TrafficMap,
-        prior: TrafficMap | None,
-        overlay_error: str | None,
-        now: float,
-    ) -> tuple[ServiceResult, TrafficMap]:
-        opts = route_options(self.loaded, svc)
-        status = tm.status
-        outcome, message, route_path = PublishOutcome.PUBLISHED, "", None
-        gateway_ref, claimed = status.gateway_ref, status.publisher
-        observed = status.observed_traffic_map_generation
-        weights = {e.cluster: e.weight for e in tm.spec.entries}
-        try:
-            pubs = self._route_publishers()
-        except PublishError as exc:
-            pubs, outcome, message = [], PublishOutcome.APPLY_FAILED, str(exc)
-        if outcome is not PublishOutcome.PUBLISHED:
-            pass
-        elif not pubs and self._overlay() is None:
-            outcome, message = PublishOutcome.WITHDRAWN, "no publisher is configured"
-        elif pubs:
-            try:
-                rendered = render(tm, opts)
-            except PlanRefused as refused:
-                outcome, message = refused.outcome, str(refused)
-                if outcome is PublishOutcome.WITHDRAWN and gateway_ref is not None:
-                    try:
-                        for pub in pubs:
-                            pub.remove(gateway_ref.namespace or svc.namespace, gateway_ref.name)
-                        gateway_ref, claimed = None, None
-                    except PublishError as exc:
-                        outcome, message = PublishOutcome.UNPUBLISH_FAILED, str(exc)
-                elif outcome is PublishOutcome.WITHDRAWN:
-                    gateway_ref, claimed = None, None
-            else:
-                meta = rendered.route["metadata"]
-                try:
-                    for pub in pubs:
-                        pub.apply(rendered)
-                except PublishError as exc:
-                    outcome, message = PublishOutcome.APPLY_FAILED, str(exc)
-                else:
-                    directory = self._directory()
-                    if directory is not None:
-                        route_path = directory.path(meta["namespace"], meta["name"])
-                    gateway_ref = GatewayRef(name=meta["name"], namespace=meta["namespace"])
-                    claimed = Publisher(
-                        publisher_name=self.publisher_name(),
-                        claimed_targets=[claimed_target(meta["namespace"], meta["name"])],
-                    )
-        if outcome is PublishOutcome.PUBLISHED and overlay_error is not None:
-            outcome, message = PublishOutcome.APPLY_FAILED, overlay_error
-        if outcome is PublishOutcome.PUBLISHED:
-            observed = tm.metadata.generation
-        elif outcome not in (PublishOutcome.WITHDRAWN,):
-            log.error("%s: services[%s]: %s", FAILED_LOG_LINE, svc.name, message)
-        pub_conds = [published(outcome, self.publisher_name()), publication_fallback(outcome)]
-        final = tm.model_copy(
-            update={
-                "metadata": tm.metadata.model_copy(
-                    update={"finalizers": [FINALIZER] if gateway_ref is not None else None}
-                ),
-                "status": status.model_copy(
-                    update={
-                        "published": outcome is PublishOutcome.PUBLISHED,
-                        "observed_traffic_map_generation": observed,
-                        "gateway_ref": gateway_ref,
-                        "publisher": claimed,
-                        "conditions": conditions(
-                            pub_conds, status.conditions, now, tm.metadata.generation
-                        ),
-                    }
-                ),
-            }
-        )
-        result = ServiceResult(svc.namespace, svc.name, outcome, weights, route_path, message)
-        return result, final
-
-    def _hold(self, store: Store, namespace: str, name: str, message: str) -> ServiceResult:
-        """An invalid service: keep its table, say InvalidOwner, leave its route alone."""
-        now = self.clock()
-        try:
-            prior = store.read_map(namespace, name)
-        except StoreError:
-            prior = None
-        outcome = PublishOutcome.INVALID_OWNER
-        if prior is None:
-            prior = TrafficMap(
-                metadata=Metadata(name=name, namespace=namespace, creation_timestamp=rfc3339(now)),
-                spec=Spec(service=name),
-            )
-        pub_conds = [published(outcome, self.publisher_name()), publication_fallback(outcome)]
-        status = prior.status.model_copy(
-            update={
-                "published": False,
-                "conditions": conditions(
-                    pub_conds, prior.status.conditions, now, prior.metadata.generation
-                ),
-            }
-        )
-        store.write_map(prior.model_copy(update={"status": status}))
-        weights = {e.cluster: e.weight for e in prior.spec.entries}
-        return ServiceResult(namespace, name, outcome, weights, None, message)
-
-    def _finalize(self, store: Store, keep: set[tuple[str, str]]) -> list[ServiceResult]:
-        """Remove the route, then the map, of every service no longer routed (held ones,
-        whose config or drains are invalid, are kept)."""
-        out = []
-        for tm in store.maps():
-            key = (tm.metadata.namespace, tm.metadata.name)
-            if key in keep:
-                continue
-            now = self.clock()
-            finalizing = [
-                published(PublishOutcome.FINALIZING, self.publisher_name()),
-                publication_fallback(PublishOutcome.FINALIZING),
-            ]
-            status = tm.status.model_copy(
-                update={
-                    "published": False,
-                    "conditions": conditions(
-                        finalizing, tm.status.conditions, now, tm.metadata.generation
-                    ),
-                }
-            )
-            store.write_map(tm.model_copy(update={"status": status}))
-            ref = tm.status.gateway_ref
-            try:
-                if ref is not None:
-                    for pub in self._route_publishers():
-                        pub.remove(ref.namespace or key[0], ref.name)
-            except PublishError as exc:
-                log.error("%s: %s", FAILED_LOG_LINE, exc)
-                failed = [
-                    published(PublishOutcome.UNPUBLISH_FAILED, self.publisher_name()),
-                    publication_fallback(PublishOutcome.UNPUBLISH_FAILED),
-                ]
-                status = status.model_copy(
-                    update={
-                        "conditions": conditions(
-                            failed, status.conditions, now, tm.metadata.generation
-                        )
-                    }
-                )
-                store.write_map(tm.model_copy(update={"status": status}))
-                out.append(ServiceResult(*key, PublishOutcome.UNPUBLISH_FAILED, message=str(exc)))
-                continue
-            store.delete_map(*key)
-            out.append(ServiceResult(*key, PublishOutcome.UNPUBLISHED))
-        return out

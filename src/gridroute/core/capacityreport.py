@@ -60,10 +60,3 @@ def read(attempts: tuple[Attempt, ...], now: float, policy: ReportPolicy) -> Rea
             return Reading(None, f"stale: report is {age:.0f}s old (maxAge {policy.max_age_s:g}s)")
         return Reading(None, f"no quorum: {len(fresh)} of {policy.quorum} fresh report(s)")
     return Reading(None, f"unreachable: {latest.error or 'no answer'}")
-
-
-def lower(allocated: int, reported: int | None) -> tuple[int, bool]:
-    """The allocation after a report (lowered, never raised) and whether it was lowered."""
-    if reported is not None and reported < allocated:
-        return max(reported, 0), True
-    return allocated, False
