@@ -83,3 +83,22 @@ def test_an_unknown_top_level_field_refuses_the_whole_file() -> None:
         parse(seed() | {"probes": {}}, "control.yaml", Path("."))
     with pytest.raises(ControlConfigError, match=r"publish\.backendPort"):
         parse(seed() | {"publish": {"backendPort": 0}}, "control.yaml", Path("."))
+
+
+def test_config_check_recognises_control_yaml_and_names_a_refused_service(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from gridroute.cli import app
+
+    from .controlfiles import write
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "trafficmap" / "control.yaml"
+    res = CliRunner().invoke(app, ["config", "check", str(example)])
+    assert res.exit_code == 0 and "control config, 1 services" in res.output, res.output
+    data = seed()
+    data["services"][0]["homes"][0]["allocated"] = -1
+    res = CliRunner().invoke(app, ["config", "check", str(write(tmp_path, data))])
+    assert res.exit_code == 2
+    assert "services[llama-chat].homes[cluster-a].allocated" in res.output
+    res = CliRunner().invoke(app, ["config", "schema", "control"])
+    assert res.exit_code == 0 and '"properties"' in res.output

@@ -19,10 +19,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from gridroute.config import ConfigError, Problem, read_mapping
 from gridroute.core.quantity import QuantityError, parse_quantity
 from gridroute.core.trafficmap import AllFailedPolicy, Mode
 
@@ -45,8 +45,9 @@ Factor = Annotated[str | int | float, AfterValidator(_positive_quantity)]
 """A capacity factor: a Kubernetes quantity above 0 ("1", "1.5", "500m")."""
 
 
-class ControlConfigError(ValueError):
-    """control.yaml cannot be used at all (not YAML, or a bad top-level field)."""
+ControlConfigError = ConfigError
+"""control.yaml cannot be used at all (not YAML, or a bad top-level field): the one
+`ConfigError` every config kind raises, one `file: field: reason` line per problem."""
 
 
 class _Model(BaseModel):
@@ -283,16 +284,21 @@ def _where(loc: tuple[int | str, ...], raw: Any) -> str:
     return ".".join(parts) or "(top level)"
 
 
-def _problems(exc: ValidationError, raw: Any, prefix: str) -> str:
-    lines = []
+def _problems(exc: ValidationError, raw: Any, prefix: str = "") -> list[Problem]:
+    """Each pydantic error with its field named by service and cluster, not by index."""
+    problems = []
     for err in exc.errors():
         where = _where(tuple(err["loc"]), raw)
         shown = err["loc"] and "input" in err and err["type"] != "missing"
         got = f" (got {str(repr(err['input']))[:80]})" if shown else ""
         msg = err["msg"].removeprefix("Value error, ")
-        head = prefix.rstrip(".") if where == "(top level)" and prefix else prefix + where
-        lines.append(f"{head}: {msg}{got}")
-    return "\n".join(lines)
+        field = prefix.rstrip(".") if where == "(top level)" and prefix else prefix + where
+        problems.append(Problem(field, f"{msg}{got}"))
+    return problems
+
+
+def _lines(source: str, problems: list[Problem]) -> str:
+    return "\n".join(f"{source}: {p.field}: {p.reason}" for p in problems)
 
 
 def parse(data: Any, source: str, base: Path) -> Loaded:
@@ -300,31 +306,33 @@ def parse(data: Any, source: str, base: Path) -> Loaded:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ControlConfigError(f"{source}: expected a mapping at the top level")
+        raise ConfigError.one(source, "(top level)", "expected a mapping")
     try:
         config = ControlConfig.model_validate(data)
     except ValidationError as exc:
-        raise ControlConfigError(_problems(exc, data, f"{source}: ")) from None
+        raise ConfigError(source, _problems(exc, data)) from None
     services, refused, seen = [], [], set()
     for raw in config.services:
         name = raw.get("name", "?") if isinstance(raw, dict) else "?"
         namespace = raw.get("namespace", "default") if isinstance(raw, dict) else "default"
         key = (str(namespace), str(name))
-        prefix = f"{source}: services[{name}]."
+        prefix = f"services[{name}]."
         if key in seen:
-            refused.append(Refused(str(name), str(namespace), f"{prefix}name: listed twice"))
+            message = _lines(source, [Problem(f"{prefix}name", "listed twice")])
+            refused.append(Refused(str(name), str(namespace), message))
             continue
         seen.add(key)
         try:
             service = ServiceConfig.model_validate(raw)
         except ValidationError as exc:
-            refused.append(Refused(str(name), str(namespace), _problems(exc, raw, prefix)))
+            message = _lines(source, _problems(exc, raw, prefix))
+            refused.append(Refused(str(name), str(namespace), message))
             continue
         try:
             service.probe(config.probe)
         except ValidationError as exc:
             inline = raw.get("routing", {}).get("probe", {})
-            message = _problems(exc, inline, f"{prefix}routing.probe.")
+            message = _lines(source, _problems(exc, inline, f"{prefix}routing.probe."))
             refused.append(Refused(str(name), str(namespace), message))
             continue
         services.append(service)
@@ -332,9 +340,18 @@ def parse(data: Any, source: str, base: Path) -> Loaded:
 
 
 def load(path: Path) -> Loaded:
-    """Read and validate control.yaml at `path`."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ControlConfigError(f"{path}: {exc}") from exc
-    return parse(data, str(path), path.parent)
+    """Read and validate control.yaml at `path` (file-level problems: `ConfigError`)."""
+    return parse(read_mapping(path), str(path), path.parent)
+
+
+def check(path: Path) -> Loaded:
+    """`load`, with every refused service an error too (what `gridroute config check` runs)."""
+    loaded = load(path)
+    if loaded.refused:
+        problems = []
+        for r in loaded.refused:
+            for line in r.message.splitlines():
+                field, _, reason = line.removeprefix(f"{path}: ").partition(": ")
+                problems.append(Problem(field, reason))
+        raise ConfigError(str(path), problems)
+    return loaded

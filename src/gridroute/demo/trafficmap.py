@@ -1,4 +1,5 @@
-"""`gridroute demo trafficmap` (also `gridroute trafficmap demo`): a live TrafficMap over the local grid's operators.
+"""`gridroute demo trafficmap` (or `gridroute trafficmap demo`): a live TrafficMap over
+the local grid's operators.
 
 Two fake sites (cluster-a, cluster-b) with their operators run as real processes on
 127.0.0.1 (`LocalGrid`, mutual TLS). The control plane reconciles one service homed on
