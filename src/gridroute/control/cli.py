@@ -1,13 +1,14 @@
 """`gridroute trafficmap ...` and `gridroute traffic drain|undrain`.
 
-The state lives in the directory store (embedded, no server): name it with `--store DIR`,
-or with `--config control.yaml` (its `store:`), or set GRIDROUTE_STORE; a `control.yaml`
-in the working directory is used when nothing is given.
+Importing this module stays cheap (every `gridroute` verb imports it): the control plane
+is imported by the command that runs. The state lives in the directory store (embedded,
+no server): name it with `--store DIR`, or with `--config control.yaml` (its `store:`),
+or set GRIDROUTE_STORE; a `control.yaml` in the working directory is used when nothing
+is given.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import json
@@ -18,18 +19,14 @@ import time
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
 
-from gridroute.control.config import ControlConfigError, load
-from gridroute.control.mapview import COLUMNS, WIDE, describe, row, table_text
-from gridroute.control.reconcile import PassResult, Reconciler
-from gridroute.control.store import Store
-from gridroute.core.trafficmap import Drain
-from gridroute.core.trafficmap_publication import PublishOutcome
-from gridroute.wire.drains import DrainError, encode_drains, parse_drains
+if TYPE_CHECKING:
+    from gridroute.control.reconcile import PassResult
+    from gridroute.control.store import Store
 
 STORE_ENV = "GRIDROUTE_STORE"
 
@@ -63,6 +60,9 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def _store(store: Path | None, config: Path | None) -> Store:
+    from gridroute.control.config import ControlConfigError, load
+    from gridroute.control.store import Store
+
     if store is not None:
         return Store(store)
     if config is None and os.environ.get(STORE_ENV):
@@ -86,6 +86,8 @@ def get(
     config: ConfigOpt = None,
 ) -> None:
     """List maps: mode, Published, Routable, OverrideActive, reason, entries, weights, age."""
+    from gridroute.control.mapview import COLUMNS, WIDE, row, table_text
+
     maps = [
         m
         for m in _store(store, config).maps()
@@ -124,6 +126,8 @@ def describe_command(
     config: ConfigOpt = None,
 ) -> None:
     """A map's entries (with why a weight is 0) and its conditions with messages."""
+    from gridroute.control.mapview import describe
+
     maps = [
         m
         for m in _store(store, config).maps()
@@ -135,6 +139,8 @@ def describe_command(
 
 
 def _print_pass(result: PassResult) -> None:
+    from gridroute.core.trafficmap_publication import PublishOutcome
+
     for err in result.errors:
         typer.echo(err, err=True)
     for s in result.services:
@@ -150,6 +156,12 @@ def reconcile(
     once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
 ) -> None:
     """Compute every map, publish the routes, store the maps; again every interval."""
+    import asyncio
+
+    from gridroute.control.config import ControlConfigError
+    from gridroute.control.reconcile import PassResult, Reconciler
+    from gridroute.core.trafficmap_publication import PublishOutcome
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         reconciler = Reconciler(config)
@@ -223,6 +235,9 @@ def drain(
     config: ConfigOpt = None,
 ) -> None:
     """Hold CLUSTER at weight 0 for one service or every service homed there."""
+    from gridroute.core.trafficmap import Drain
+    from gridroute.wire.drains import DrainError, encode_drains, parse_drains
+
     st = _store(store, config)
     ident = drain_id or f"{cluster}-drain"
     with _locked(st):
@@ -247,6 +262,8 @@ def undrain(
     config: ConfigOpt = None,
 ) -> None:
     """Remove the drains that hold CLUSTER (or only --id); other drains stay."""
+    from gridroute.wire.drains import DrainError
+
     st = _store(store, config)
     removed = 0
     with _locked(st):
