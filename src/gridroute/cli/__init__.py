@@ -15,6 +15,7 @@ from gridroute.cli.config import app as config_app
 from gridroute.cli.load import load
 from gridroute.cli.sim import app as sim_app
 from gridroute.cli.wait import wait
+from gridroute.control.cli import traffic_app, trafficmap_app
 from gridroute.demo.cli import demo
 from gridroute.fakeserver.cli import fake_server
 from gridroute.gateway.commands import gateway
@@ -35,6 +36,8 @@ app.add_typer(config_app, name="config")
 app.command("demo")(demo)
 app.command("wait")(wait)
 app.command("load")(load)
+app.add_typer(trafficmap_app, name="trafficmap")
+app.add_typer(traffic_app, name="traffic")
 
 
 def _print_version(value: bool) -> None:

@@ -88,10 +88,27 @@ def _scenario_summary(sc: Any) -> str:
     return f"scenario {sc.name!r}, {len(sc.sites)} sites, {sc.duration_s:g} s"
 
 
+def _control_model() -> type[BaseModel]:
+    from gridroute.control.config import ControlConfig
+
+    return ControlConfig
+
+
+def _control_load(path: Path) -> Any:
+    from gridroute.control.config import check
+
+    return check(path)
+
+
+def _control_summary(loaded: Any) -> str:
+    return f"control config, {len(loaded.services)} services"
+
+
 KINDS: dict[str, Kind] = {
     "gateway": Kind("gateway", _gateway_model, _gateway_load, _gateway_summary),
     "operator": Kind("operator", _operator_model, _operator_load, _operator_summary),
     "scenario": Kind("scenario", _scenario_model, _scenario_load, _scenario_summary),
+    "control": Kind("control", _control_model, _control_load, _control_summary),
 }
 
 
@@ -151,7 +168,7 @@ def check(
 
 @app.command("schema")
 def schema(
-    kind: Annotated[str, typer.Argument(help="gateway, operator or scenario.")] = "gateway",
+    kind: Annotated[str, typer.Argument(help="gateway, operator, scenario, control.")] = "gateway",
 ) -> None:
     """Print the JSON Schema of one kind of config file."""
     if kind not in KINDS:

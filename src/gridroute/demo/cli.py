@@ -15,6 +15,10 @@ _DEFAULT_PLOT = Path("out/gridroute-demo.png")
 
 
 def demo(
+    scenario: Annotated[
+        str | None,
+        typer.Argument(help="trafficmap: the TrafficMap demo (drain, probe down, restore)."),
+    ] = None,
     sites: Annotated[
         str, typer.Option(help="Sites as NAME:SLOTS, comma-separated; the first runs the gateway.")
     ] = "hub:128,west:128,east:64",
@@ -48,6 +52,12 @@ def demo(
     ] = "mesh",
 ) -> None:
     """Run a three-site grid on this machine: traffic, a partition, overload, a plot."""
+    if scenario is not None:
+        if scenario != "trafficmap":
+            raise typer.BadParameter(f"scenario: only trafficmap, got {scenario!r}")
+        from gridroute.demo.trafficmap import run_trafficmap_demo
+
+        raise typer.Exit(run_trafficmap_demo())
     from gridroute.demo.run import DemoOptions, parse_sites, run_demo
 
     try:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gridroute.operator.capacity import register as register_capacity
 from gridroute.wire.signals import CONTENT_TYPE, CURSOR_HEADER, TIME_HEADER
 
 if TYPE_CHECKING:
@@ -64,4 +65,5 @@ def build_app(op: Operator) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/status", status)
     app.router.add_get("/healthz", healthz)
+    register_capacity(app)
     return app

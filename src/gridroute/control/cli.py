@@ -1,0 +1,294 @@
+"""`gridroute trafficmap ...` and `gridroute traffic drain|undrain`.
+
+Importing this module stays cheap (every `gridroute` verb imports it): the control plane
+is imported by the command that runs. The state lives in the directory store (embedded,
+no server): name it with `--store DIR`, or with `--config control.yaml` (its `store:`),
+or set GRIDROUTE_STORE; a `control.yaml` in the working directory is used when nothing
+is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+import yaml
+
+if TYPE_CHECKING:
+    from gridroute.control.reconcile import PassResult
+    from gridroute.control.store import Store
+
+STORE_ENV = "GRIDROUTE_STORE"
+
+trafficmap_app = typer.Typer(
+    no_args_is_help=True, help="TrafficMaps: per-cluster weights, published as HTTPRoutes."
+)
+traffic_app = typer.Typer(no_args_is_help=True, help="Hold a workload cluster at weight 0.")
+
+
+class Output(StrEnum):
+    table = "table"
+    wide = "wide"
+    yaml = "yaml"
+    json = "json"
+
+
+StoreOpt = Annotated[
+    Path | None, typer.Option("--store", help="State directory (default: GRIDROUTE_STORE).")
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="control.yaml whose store to read.")
+]
+NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Only this namespace.")]
+ServiceOpt = Annotated[str | None, typer.Option("--service", "-s", help="Only this service.")]
+IdOpt = Annotated[str | None, typer.Option("--id", help="Drain ID (default <cluster>-drain).")]
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(message, err=True)
+    return typer.Exit(code)
+
+
+def _store(store: Path | None, config: Path | None) -> Store:
+    from gridroute.control.config import ControlConfigError, load
+    from gridroute.control.store import Store
+
+    if store is not None:
+        return Store(store)
+    if config is None and os.environ.get(STORE_ENV):
+        return Store(Path(os.environ[STORE_ENV]))
+    path = config or Path("control.yaml")
+    if config is None and not path.exists():
+        raise _fail("no store: give --store DIR or --config control.yaml (or GRIDROUTE_STORE)", 2)
+    try:
+        loaded = load(path)
+    except ControlConfigError as exc:
+        raise _fail(str(exc), 2) from None
+    return Store(loaded.path(loaded.config.store))
+
+
+@trafficmap_app.command("get")
+def get(
+    name: Annotated[str | None, typer.Argument(help="One map (default: every map).")] = None,
+    output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
+    namespace: NamespaceOpt = None,
+    store: StoreOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """List maps: mode, Published, Routable, OverrideActive, reason, entries, weights, age."""
+    from gridroute.control.mapview import COLUMNS, WIDE, row, table_text
+
+    maps = [
+        m
+        for m in _store(store, config).maps()
+        if (name is None or m.metadata.name == name)
+        and (namespace is None or m.metadata.namespace == namespace)
+    ]
+    if name is not None and not maps:
+        raise _fail(f'trafficmap "{name}" not found')
+    if output in (Output.yaml, Output.json):
+        objs = [m.wire() for m in maps]
+        doc = objs[0] if name is not None and len(objs) == 1 else {
+            "apiVersion": "v1", "kind": "List", "items": objs}  # fmt: skip
+        if output is Output.json:
+            typer.echo(json.dumps(doc, indent=2))
+        else:
+            typer.echo(yaml.safe_dump(doc, sort_keys=False), nl=False)
+        return
+    if not maps:
+        typer.echo("No resources found.")
+        return
+    wide = output is Output.wide
+    head = COLUMNS + (WIDE if wide else [])
+    rows = [head] + [row(m, time.time(), wide) for m in maps]
+    if namespace is None:
+        rows = [["NAMESPACE", *head]] + [
+            [m.metadata.namespace, *r] for m, r in zip(maps, rows[1:], strict=True)
+        ]
+    typer.echo(table_text(rows), nl=False)
+
+
+@trafficmap_app.command("describe")
+def describe_command(
+    name: Annotated[str, typer.Argument(help="The map (the service's name).")],
+    namespace: NamespaceOpt = None,
+    store: StoreOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """A map's entries (with why a weight is 0) and its conditions with messages."""
+    from gridroute.control.mapview import describe
+
+    maps = [
+        m
+        for m in _store(store, config).maps()
+        if m.metadata.name == name and namespace in (None, m.metadata.namespace)
+    ]
+    if not maps:
+        raise _fail(f'trafficmap "{name}" not found')
+    typer.echo("\n".join(describe(m, time.time()) for m in maps), nl=False)
+
+
+def _print_pass(result: PassResult) -> None:
+    from gridroute.core.trafficmap_publication import PublishOutcome
+
+    for err in result.errors:
+        typer.echo(err, err=True)
+    for s in result.services:
+        weights = " ".join(f"{c}={w}" for c, w in s.weights.items()) or "(no entries)"
+        where = f" -> {s.route}" if s.route is not None else ""
+        note = f" ({s.message})" if s.message and s.outcome is not PublishOutcome.PUBLISHED else ""
+        typer.echo(f"{s.namespace}/{s.name}: {s.outcome.value} {weights}{where}{note}")
+
+
+@trafficmap_app.command("reconcile")
+def reconcile(
+    config: Annotated[Path, typer.Option("--config", "-c", help="control.yaml")],
+    once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
+) -> None:
+    """Compute every map, publish the routes, store the maps; again every interval."""
+    import asyncio
+
+    from gridroute.control.config import ControlConfigError
+    from gridroute.control.reconcile import PassResult, Reconciler
+    from gridroute.core.trafficmap_publication import PublishOutcome
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        reconciler = Reconciler(config)
+    except ControlConfigError as exc:
+        raise _fail(str(exc), 2) from None
+    if once:
+        result = asyncio.run(reconciler.run_once())
+        _print_pass(result)
+        failed = {PublishOutcome.INVALID_OWNER, PublishOutcome.APPLY_FAILED,
+                  PublishOutcome.INVALID_PLAN, PublishOutcome.UNPUBLISH_FAILED}  # fmt: skip
+        bad = result.errors or any(s.outcome in failed for s in result.services)
+        raise typer.Exit(1 if bad else 0)
+
+    async def forever() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        last: dict[str, str] = {}
+
+        def changed(result: PassResult) -> None:
+            for s in result.services:
+                line = f"{s.outcome.value} {s.weights}"
+                if last.get(f"{s.namespace}/{s.name}") != line:
+                    last[f"{s.namespace}/{s.name}"] = line
+                    _print_pass(PassResult((s,), ()))
+            for err in result.errors:
+                typer.echo(err, err=True)
+
+        await reconciler.run(stop, changed)
+
+    asyncio.run(forever())
+
+
+@contextlib.contextmanager
+def _locked(store: Store) -> Iterator[None]:
+    """One drain edit at a time (the reference guards its write by resourceVersion)."""
+    store.root.mkdir(parents=True, exist_ok=True)
+    with open(store.root / ".drains.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _targets(
+    store: Store, cluster: str, service: str | None, namespace: str | None
+) -> list[tuple[str, str]]:
+    maps = store.maps()
+    if service is not None:
+        found = [m for m in maps if m.metadata.name == service
+                 and namespace in (None, m.metadata.namespace)]  # fmt: skip
+        if not found:
+            if namespace is None:
+                raise _fail(f'trafficmap "{service}" not found; give --namespace for a new one')
+            return [(namespace, service)]
+        return [(m.metadata.namespace, m.metadata.name) for m in found]
+    found = [m for m in maps if any(e.cluster == cluster for e in m.spec.entries)
+             and namespace in (None, m.metadata.namespace)]  # fmt: skip
+    if not found:
+        raise _fail(f"no trafficmap has a home on {cluster}")
+    return [(m.metadata.namespace, m.metadata.name) for m in found]
+
+
+@traffic_app.command("drain")
+def drain(
+    cluster: Annotated[str, typer.Argument(help="Workload cluster to hold at weight 0.")],
+    service: ServiceOpt = None,
+    namespace: NamespaceOpt = None,
+    drain_id: IdOpt = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why, for the map's readers.")] = "",
+    store: StoreOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Hold CLUSTER at weight 0 for one service or every service homed there."""
+    from gridroute.core.trafficmap import Drain
+    from gridroute.wire.drains import DrainError, encode_drains, parse_drains
+
+    st = _store(store, config)
+    ident = drain_id or f"{cluster}-drain"
+    with _locked(st):
+        for ns, svc in _targets(st, cluster, service, namespace):
+            try:
+                drains = st.read_drains(ns, svc)
+                new = (*(d for d in drains if d.id != ident), Drain(ident, cluster, reason))
+                parse_drains(encode_drains(new))  # refuse what the reconciler would refuse
+            except DrainError as exc:
+                raise _fail(f"{ns}/{svc}: {exc}") from None
+            st.write_drains(ns, svc, new)
+            typer.echo(f"{ns}/{svc}: {ident} drains {cluster}; the next pass sets its weight to 0")
+
+
+@traffic_app.command("undrain")
+def undrain(
+    cluster: Annotated[str, typer.Argument(help="Workload cluster to release.")],
+    service: ServiceOpt = None,
+    namespace: NamespaceOpt = None,
+    drain_id: Annotated[str | None, typer.Option("--id", help="Remove only this ID.")] = None,
+    store: StoreOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Remove the drains that hold CLUSTER (or only --id); other drains stay."""
+    from gridroute.wire.drains import DrainError
+
+    st = _store(store, config)
+    removed = 0
+    with _locked(st):
+        for ns, svc in _targets(st, cluster, service, namespace):
+            try:
+                drains = st.read_drains(ns, svc)
+            except DrainError as exc:
+                raise _fail(f"{ns}/{svc}: {exc}") from None
+            keep = tuple(
+                d for d in drains
+                if d.cluster != cluster or (drain_id is not None and d.id != drain_id)
+            )  # fmt: skip
+            removed += len(drains) - len(keep)
+            st.write_drains(ns, svc, keep)
+            typer.echo(f"{ns}/{svc}: {len(drains) - len(keep)} drain(s) of {cluster} removed")
+    if removed == 0:
+        raise _fail(f"no drain holds {cluster}")
+
+
+@trafficmap_app.command("demo")
+def demo(
+    period: Annotated[float, typer.Option(help="Probe and reconcile period, seconds.")] = 0.5,
+    step_timeout: Annotated[float, typer.Option(help="Longest wait for a step, seconds.")] = 20.0,
+) -> None:
+    """A live map over local operators: drain, undrain, probe down, restore."""
+    from gridroute.demo.trafficmap import run_trafficmap_demo
+
+    raise typer.Exit(run_trafficmap_demo(period, step_timeout))

@@ -1,0 +1,220 @@
+"""The Gateway API objects a TrafficMap is published as, rendered the way OME's
+`gatewayapi` publisher writes them (reference 4.5).
+
+* One `HTTPRoute` (`gateway.networking.k8s.io/v1`) named `<service>-global` in the
+  service's namespace (with `route_namespace` set: `<service>-<hash>-global` there),
+  labelled `ome.io/placement-endpoint-isvc`, parented to the global gateway, for the one
+  global hostname, matching every path (prefix `/`, the client's path kept).
+* One rule, one backendRef per map entry at the entry's weight, weight 0 included; more
+  than 16 entries is `InvalidPlan` (one rule holds at most 16 backendRefs).
+* Each backendRef is an `ExternalName` Service `tmb-<hash>` pointing at the home's host
+  on `backend_port`; with `rewrite_hostname` it carries a `URLRewrite` filter setting the
+  hostname; with `backend_tls` a `BackendTLSPolicy` per backend validates that host.
+
+Nothing here talks to a cluster: `render` turns a map and options into plain dicts, or
+says why it cannot (`PlanRefused`, whose outcome is the Published reason).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from gridroute.core.trafficmap_publication import PublishOutcome
+from gridroute.wire.trafficmap import TrafficMap
+
+GROUP = "gateway.networking.k8s.io"
+MAX_BACKEND_REFS = 16
+ISVC_LABEL = "ome.io/placement-endpoint-isvc"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gridroute"}
+_TEMPLATE_FIELD = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
+
+
+class PlanRefused(Exception):
+    """The map cannot be rendered; `outcome` is the Published reason to report."""
+
+    def __init__(self, outcome: PublishOutcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+@dataclass(frozen=True, slots=True)
+class RouteOptions:
+    """Where and how to publish (OME's `globalGateway`, `backendPort`, ...)."""
+
+    global_gateway: str | None = None
+    """`namespace/name` of the Gateway the route attaches to."""
+    backend_port: int | None = None
+    hostname: str | None = None
+    """The global host; the `ome.io/global-host` annotation's role."""
+    host_template: str | None = None
+    """Used when `hostname` is unset; may use only `{{.Name}}` and `{{.Namespace}}`."""
+    route_namespace: str | None = None
+    rewrite_hostname: bool = False
+    backend_tls: bool = False
+    ca_config_map: str | None = None
+    """ConfigMap holding the CA for backend TLS; the system CAs when unset."""
+    section_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedRoute:
+    route: dict[str, Any]
+    services: list[dict[str, Any]] = field(default_factory=list)
+    policies: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        return [self.route, *self.services, *self.policies]
+
+    def weights(self) -> dict[str, int]:
+        """Weight per backend Service name, as the gateway will read them."""
+        refs = self.route["spec"]["rules"][0]["backendRefs"]
+        return {ref["name"]: ref["weight"] for ref in refs}
+
+
+def _digest(*parts: str, n: int) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:n]
+
+
+def expand_host_template(template: str, name: str, namespace: str) -> str:
+    """`{{.Name}}` and `{{.Namespace}}` filled in; any other field is refused."""
+    values = {"Name": name, "Namespace": namespace}
+
+    def fill(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key not in values:
+            raise PlanRefused(
+                PublishOutcome.INVALID_OPTIONS,
+                f"globalHostTemplate may use only {{{{.Name}}}} and {{{{.Namespace}}}}, got {key}",
+            )
+        return values[key]
+
+    return _TEMPLATE_FIELD.sub(fill, template)
+
+
+def route_name(service: str, namespace: str, route_namespace: str | None) -> str:
+    if route_namespace is None or route_namespace == namespace:
+        return f"{service}-global"
+    return f"{service}-{_digest(namespace, service, n=8)}-global"
+
+
+def backend_name(namespace: str, service: str, cluster: str) -> str:
+    return f"tmb-{_digest(namespace, service, cluster, n=10)}"
+
+
+def claimed_target(namespace: str, name: str) -> str:
+    return f"v1:httproute:{namespace}/{name}"
+
+
+def _host(endpoint: str | None, cluster: str) -> str:
+    host = urlsplit(endpoint or "").hostname
+    if not host:
+        raise PlanRefused(
+            PublishOutcome.INVALID_PLAN, f"entry {cluster}: endpoint {endpoint!r} has no host"
+        )
+    return host
+
+
+def _global_host(tm: TrafficMap, opts: RouteOptions) -> str | None:
+    if opts.hostname:
+        return opts.hostname
+    if opts.host_template:
+        return expand_host_template(opts.host_template, tm.metadata.name, tm.metadata.namespace)
+    return None
+
+
+def render(tm: TrafficMap, opts: RouteOptions) -> RenderedRoute:
+    """The route, Services and policies for `tm`; raises `PlanRefused` with the reason."""
+    host = _global_host(tm, opts)
+    if not opts.global_gateway or opts.backend_port is None or not host:
+        raise PlanRefused(
+            PublishOutcome.WITHDRAWN, "globalGateway, backendPort and a hostname are all needed"
+        )
+    entries = tm.spec.entries
+    if len(entries) > MAX_BACKEND_REFS:
+        raise PlanRefused(
+            PublishOutcome.INVALID_PLAN,
+            f"{len(entries)} entries; one HTTPRoute rule holds at most {MAX_BACKEND_REFS}",
+        )
+    gw_ns, _, gw_name = opts.global_gateway.rpartition("/")
+    service, source_ns = tm.spec.service, tm.metadata.namespace
+    namespace = opts.route_namespace or source_ns
+    name = route_name(service, source_ns, opts.route_namespace)
+    labels = {ISVC_LABEL: service, **MANAGED_BY}
+
+    parent: dict[str, Any] = {"group": GROUP, "kind": "Gateway", "name": gw_name}
+    if gw_ns:
+        parent["namespace"] = gw_ns
+    if opts.section_name:
+        parent["sectionName"] = opts.section_name
+
+    refs, services, policies = [], [], []
+    for entry in entries:
+        backend_host = _host(entry.endpoint, entry.cluster)
+        backend = backend_name(source_ns, service, entry.cluster)
+        ref: dict[str, Any] = {
+            "group": "",
+            "kind": "Service",
+            "name": backend,
+            "port": opts.backend_port,
+            "weight": entry.weight,
+        }
+        if opts.rewrite_hostname:
+            ref["filters"] = [{"type": "URLRewrite", "urlRewrite": {"hostname": backend_host}}]
+        refs.append(ref)
+        meta = {
+            "name": backend,
+            "namespace": namespace,
+            "labels": {**labels, "ome.io/workload-cluster": entry.cluster},
+        }
+        services.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": meta,
+                "spec": {
+                    "type": "ExternalName",
+                    "externalName": backend_host,
+                    "ports": [{"name": "http", "port": opts.backend_port, "protocol": "TCP"}],
+                },
+            }
+        )
+        if opts.backend_tls:
+            validation: dict[str, Any] = {"hostname": backend_host}
+            if opts.ca_config_map:
+                validation["caCertificateRefs"] = [
+                    {"group": "", "kind": "ConfigMap", "name": opts.ca_config_map}
+                ]
+            else:
+                validation["wellKnownCACertificates"] = "System"
+            policies.append(
+                {
+                    "apiVersion": f"{GROUP}/v1",
+                    "kind": "BackendTLSPolicy",
+                    "metadata": dict(meta),
+                    "spec": {
+                        "targetRefs": [{"group": "", "kind": "Service", "name": backend}],
+                        "validation": validation,
+                    },
+                }
+            )
+    route = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "parentRefs": [parent],
+            "hostnames": [host],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "backendRefs": refs,
+                }
+            ],
+        },
+    }
+    return RenderedRoute(route, services, policies)
