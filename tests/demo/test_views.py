@@ -190,3 +190,16 @@ def test_peak_share_ignores_stragglers_past_the_phase() -> None:
     result = LoadResult(tuple(recs), 9.5)
     assert peak_share(result, 0.0, 4.0) == ("hub", 0.5)
     assert peak_share(result, 0.0, 10.0, window_s=2.0) == ("west", 1.0)
+
+
+def test_fault_report_counts_from_the_gateways_count_read_at_the_cut() -> None:
+    """The last tick before the cut can be a sampling interval old: requests routed in
+    that interval, before the partition, are not "sent to it after it was cut off"."""
+    live = {"hub": "live", "west": "live", "east": "live"}
+    cut = {**live, "east": "silent"}
+    ticks = [
+        tick_of(3.5, _status(live, east_routed=100), {}),
+        tick_of(5.5, _status(cut, east_routed=110), {}),
+    ]
+    lines = fault_report(_records(), ticks, FaultTimes("east", 4.0, None, routed_at_cut=107))
+    assert "after sending it 3 requests that were retried elsewhere" in lines[0]

@@ -1,7 +1,7 @@
 """The admission queue's hold deadline is on the monotonic clock, not the wall clock.
 
-Each test drives `admit` on a `CurrentGrid` whose wall clock is injected and jumps by
-an hour on every read (an NTP step, a VM resumed, a hand-set clock). The hold must
+Each test drives the request flow and `wait_in_queue` on a `CurrentGrid` whose wall
+clock is injected and jumps by an hour on every read (an NTP step, a VM resumed, a hand-set clock). The hold must
 still last `max_queue_ms`: not end at once (clock stepped forward), not stretch by
 the step (clock stepped back).
 """
@@ -13,7 +13,8 @@ import itertools
 from collections.abc import Callable
 
 from gridroute.core import Outcome, Policy, Sample
-from gridroute.gateway.admission_queue import admit
+from gridroute.core.flow import Attempt, Hold, Refuse, Step, request_flow
+from gridroute.gateway.admission_queue import wait_in_queue
 from gridroute.gateway.current import CurrentGrid
 from gridroute.gateway.routing import build_routing
 from tests.gateway.harness import MODEL, config, run
@@ -45,14 +46,18 @@ def test_hold_survives_the_wall_clock_stepping_forward() -> None:
     async def scenario() -> None:
         wall = itertools.count(START, HOUR).__next__  # an hour later at every read
         current, key = _full_grid(lambda: float(wall()), max_queue_ms=10_000)
-        held = asyncio.create_task(admit(current, MODEL, Policy.GRIDROUTE))
+        flow = request_flow(current, MODEL, Policy.GRIDROUTE)
+        first = next(flow)
+        assert isinstance(first, Hold)
+        held = asyncio.create_task(wait_in_queue(flow, first, current))
         for _ in range(5):
             await asyncio.sleep(0)
         assert not held.done()  # held: the hour-long steps did not end the 10 s hold
         current.own.end(key, START)
         current.changes.wake()
-        decision, _ = await held
-        assert decision.outcome is Outcome.ROUTE
+        step: Step = await held
+        assert isinstance(step, Attempt) and step.decision.outcome is Outcome.ROUTE
+        flow.close()
 
     run(scenario)
 
@@ -63,7 +68,8 @@ def test_hold_ends_at_max_queue_ms_when_the_wall_clock_steps_back() -> None:
         current, _ = _full_grid(lambda: float(wall()), max_queue_ms=50)
         # Were the deadline on the wall clock, it would lie an hour further at each read
         # and the hold would never end: the run's bound would fail the test.
-        decision, _ = await admit(current, MODEL, Policy.GRIDROUTE)
-        assert decision.outcome is Outcome.SHED
+        flow = request_flow(current, MODEL, Policy.GRIDROUTE)
+        step = await wait_in_queue(flow, next(flow), current)
+        assert isinstance(step, Refuse) and step.decision.outcome is Outcome.SHED
 
     run(scenario, timeout=10.0)

@@ -56,6 +56,18 @@ class AvailabilitySettings(BaseModel):
     fair_share_floor: float = Field(0.05, ge=0, le=1)
     """Smallest share of a site's free room a gateway may claim (so a new gateway is not
     starved by a share measured while it sent nothing)."""
+    eject_after_failures: int = Field(5, ge=0)
+    """Passive outlier ejection: this many consecutive gateway errors from one candidate
+    (connect failed or timed out, connection lost or read timeout before the answer, or a
+    502/503/504 answer) demote it for this gateway at once, like Envoy's
+    `consecutive_gateway_failure` (default 5). 0 turns ejection off."""
+    eject_base_ms: int = Field(5000, gt=0)
+    """How long the first ejection lasts; each further one in the same episode (a failure
+    right after the last ejection ended, before any success) lasts twice as long. About
+    one freshness window, so that by its end signals and health probes have judged a dead
+    site themselves."""
+    eject_max_ms: int = Field(60_000, gt=0)
+    """The longest one ejection lasts, however often the candidate failed."""
 
     @model_validator(mode="after")
     def _hysteresis_ordered(self) -> AvailabilitySettings:

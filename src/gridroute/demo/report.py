@@ -36,6 +36,9 @@ class FaultTimes:
     site: str
     cut_at: float
     restored_at: float | None
+    routed_at_cut: float | None = None
+    """The gateway's routed count for the site read just before the cut (exact, where
+    the last tick before it can be up to a sampling interval older)."""
 
 
 def phase_result(result: LoadResult, index: int, span: PhaseSpan) -> LoadResult:
@@ -122,7 +125,9 @@ def fault_report(result: LoadResult, ticks: Sequence[Tick], fault: FaultTimes) -
             "(the partition was shorter than its freshness window and health checks)"
         )
     else:
-        before = _routed(ticks, site, fault.cut_at)
+        before = fault.routed_at_cut
+        if before is None:
+            before = _routed(ticks, site, fault.cut_at)
         noticed = out.sites[site].routed
         last = cut[-1].sites[site].routed
         lines.append(

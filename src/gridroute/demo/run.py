@@ -38,7 +38,7 @@ from gridroute.demo.report import (
 from gridroute.demo.view import digest, render
 from gridroute.grid.launcher import GridError, LocalGrid
 from gridroute.grid.layout import GridSpec, LocalSite, default_sites
-from gridroute.grid.sampler import Sampler, Tick
+from gridroute.grid.sampler import Sampler, Tick, site_ticks
 from gridroute.load.background import BackgroundLoad
 from gridroute.load.generator import run_load
 from gridroute.load.result import LoadResult
@@ -174,6 +174,15 @@ class _Clock:
         return end - self.now()
 
 
+def _routed_now(grid: LocalGrid, site: str) -> float | None:
+    """How many requests the gateway has routed to `site` so far (None if unreadable)."""
+    try:
+        row = site_ticks(grid.status(), {}).get(site)
+    except (GridError, OSError, ValueError):
+        return None
+    return None if row is None else row.routed
+
+
 async def _script(grid: LocalGrid, clock: _Clock, site: str | None) -> FaultTimes | None:
     """Advance the phase marker and apply each phase's fault on time."""
     fault: FaultTimes | None = None
@@ -182,11 +191,12 @@ async def _script(grid: LocalGrid, clock: _Clock, site: str | None) -> FaultTime
         await asyncio.sleep(max(0.0, at - clock.now()))
         clock.index = i
         if phase.fault == "partition" and site is not None:
-            fault = FaultTimes(site, clock.now(), None)
+            routed = await asyncio.to_thread(_routed_now, grid, site)
+            fault = FaultTimes(site, clock.now(), None, routed)
             await asyncio.to_thread(grid.partition, site)
         elif phase.fault == "restore" and site is not None and fault is not None:
             await asyncio.to_thread(grid.restore, site)
-            fault = FaultTimes(site, fault.cut_at, clock.now())
+            fault = FaultTimes(site, fault.cut_at, clock.now(), fault.routed_at_cut)
         at += phase.duration_s
     return fault
 

@@ -1,54 +1,32 @@
-"""Admission: one decision per attempt, with the gridroute admission queue.
+"""The admission queue: where a request the flow told to `Hold` waits.
 
-`decide` is the core's pure pick. Under the `gridroute` policy it may answer `HOLD`
-(every site is at this gateway's share of its ceiling and `availability.max_queue_ms`
-is set): the request then waits here, without a timer per request beyond its own
-deadline, until one of this gateway's requests ends or a new snapshot arrives,
-and decides again on the newest snapshot. Past `max_queue_ms` it decides with
-`can_hold=False`, which forwards to the overflow tiers or sheds (`queue_overflow`).
+The flow (`core/flow.py`) decides; this only waits. A held request waits for one of
+this worker's requests to end or a new snapshot (`CurrentGrid.changes`), then is
+decided again, until the hold's length (`max_queue_ms`) has passed, when the flow
+forwards it to the overflow tiers or sheds it (429 is decided in `core/select.py`).
+
+The flow states its deadline on the grid's wall clock, the one its decisions read;
+the wait runs `Hold.hold_s` on the monotonic clock instead, so a wall-clock step (NTP,
+a resumed VM) neither ends a hold at once nor stretches it.
 """
 
 from __future__ import annotations
 
-from gridroute.core import Decision, Outcome, Policy, Snapshot, decide
+from collections.abc import Generator
+
+from gridroute.core.flow import Feed, Hold, Step, Wake
 from gridroute.gateway.current import CurrentGrid
 
 
-async def admit(
-    current: CurrentGrid,
-    model: str,
-    policy: Policy,
-    exclude: frozenset[str] = frozenset(),
-    affinity: str | None = None,
-) -> tuple[Decision, Snapshot]:
-    """Decide for a new request; wait in the admission queue while the answer is HOLD.
-
-    Returns the decision and the snapshot it was made on, which the request keeps
-    (a retry decides on it again).
-    """
-    snap = current.snapshot
-    d = decide(snap, model, current.rng, policy, current.own.counts, affinity, exclude=exclude)
-    if d.outcome is not Outcome.HOLD:
-        return d, snap
-    clock = current.monotonic  # a deadline: immune to steps of the wall clock
-    deadline = clock() + current.snapshot.settings.max_queue_ms / 1000.0
-    while True:
-        remaining = deadline - clock()
-        if remaining <= 0.0:
-            snap = current.snapshot
-            d = decide(
-                snap,
-                model,
-                current.rng,
-                policy,
-                current.own.counts,
-                affinity,
-                can_hold=False,
-                exclude=exclude,
-            )
-            return d, snap
-        await current.changes.wait(remaining)
-        snap = current.snapshot
-        d = decide(snap, model, current.rng, policy, current.own.counts, affinity, exclude=exclude)
-        if d.outcome is not Outcome.HOLD:
-            return d, snap
+async def wait_in_queue(
+    flow: Generator[Step, Feed, None], step: Step, current: CurrentGrid
+) -> Step:
+    """Wait while `step` is a `Hold`; returns the first step that is not."""
+    if not isinstance(step, Hold):
+        return step
+    clock = current.monotonic
+    hold_until = clock() + step.hold_s
+    while isinstance(step, Hold):
+        await current.changes.wait(hold_until - clock())
+        step = flow.send(Wake.EXPIRED if clock() >= hold_until else Wake.WOKE)
+    return step

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -35,7 +36,20 @@ from gridroute.core import (
     SiteView,
     Snapshot,
 )
+from gridroute.core.ejection import Ejections
 from gridroute.gateway.routing import Routing
+
+log = logging.getLogger("gridroute.gateway")
+
+
+def _log_ejection(key: str, seconds: float, level: int) -> None:
+    log.warning(
+        "backend %s: ejected for %.1f s after consecutive gateway errors (ejection %d in a row)",
+        key,
+        seconds,
+        level,
+        extra={"event": "ejection", "key": key, "seconds": seconds, "level": level},
+    )
 
 
 class Changes:
@@ -105,6 +119,8 @@ class CurrentGrid:
         self.affinity = AffinityTable()
         """Session -> key that served it last (gateway config `affinity`)."""
         self.changes = Changes()
+        self.ejections = Ejections(_log_ejection)
+        """Candidates this worker set aside after consecutive gateway errors."""
         self.state = GridState(routing.candidates, settings, routing.models)
         self.health: dict[str, Health] = {}
         self._rounds: dict[str, float | None] = {}
@@ -133,6 +149,7 @@ class CurrentGrid:
         self.state.reconfigure(routing.candidates, settings, routing.models)
         keys = {c.key for c in routing.candidates}
         self.health = {k: h for k, h in self.health.items() if k in keys}
+        self.ejections.forget(keys)
         self._publish(self.state.refresh((), self._rounds, self.clock(), self.health, self.own))
 
     def readings(self) -> list[SiteReading]:

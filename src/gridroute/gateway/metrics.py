@@ -100,6 +100,36 @@ class GridCollector(Collector):
         yield shed
 
 
+class EjectionCollector(Collector):
+    """Passive outlier ejection at scrape time: ejections so far per site, and which
+    candidates are set aside now (`core/ejection.py`; the request path only counts)."""
+
+    def __init__(self, current: Callable[[], CurrentGrid]) -> None:
+        self._current = current
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        current = self._current()
+        ej = current.ejections
+        total = CounterMetricFamily(
+            "grid_route_ejections",
+            "Times this gateway set a site aside after consecutive gateway errors "
+            "(availability.eject_after_failures).",
+            labels=["site", "cluster"],
+        )
+        now = GaugeMetricFamily(
+            "grid_route_site_ejected",
+            "1 while this gateway has the site set aside after consecutive gateway errors.",
+            labels=["site", "cluster"],
+        )
+        out = ej.out(current.clock())
+        for v in current.snapshot.views:
+            labels = [v.site, v.provider]
+            total.add_metric(labels, float(ej.total.get(v.key, 0)))
+            now.add_metric(labels, 1.0 if v.key in out else 0.0)
+        yield total
+        yield now
+
+
 class PoolCollector(Collector):
     """The backend pools at scrape time: connections open and idle per backend, and
     requests resent after a kept-alive connection closed before answering."""
@@ -181,6 +211,7 @@ class GatewayMetrics:
         """Register the scrape-time per-site gauges of the (current) live grid;
         `shedding(model)` says whether the model refused requests recently."""
         self.registry.register(GridCollector(current, shedding))
+        self.registry.register(EjectionCollector(current))
 
     def watch_pools(self, backends: Backends) -> None:
         """Register the scrape-time gauges of the backend pools."""

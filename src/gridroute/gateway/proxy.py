@@ -1,10 +1,12 @@
 """The request path: read the model, decide, forward, relay the answer byte for byte.
 
-    body (<= limits.max_body_bytes) -> model -> admit (decide, maybe hold) -> attempt
-    attempt: own.start -> connect + send -> status 429/503 or connect failure?
-               -> once, before any byte went to the client: decide again excluding
-                  the sites tried, and attempt there
-             -> headers + body relayed chunk by chunk -> own.end (always, in finally)
+    body (<= limits.max_body_bytes) -> model -> the core's request flow (core/flow.py):
+      Hold     -> wait for a request end or a new snapshot, at most to the deadline
+      Attempt  -> own.start -> connect + send -> the failure or the answer's status goes
+                  back into the flow, which says: retry elsewhere (once, before any
+                  byte went to the client), relay, or give up (502/504)
+      Relay    -> headers + body relayed chunk by chunk -> own.end (always, in finally)
+      Refuse   -> the gateway's own 429 / 404 / 503
 
 Nothing here awaits the operator or a metrics endpoint: the decision reads the
 snapshot the signals loop last published. The client's bytes go upstream unchanged
@@ -20,12 +22,24 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 
 from aiohttp import web
 
-from gridroute.core import Decision, Outcome, Policy, SiteView, Snapshot, decide
+from gridroute.core import Decision, Outcome, SiteView
+from gridroute.core.flow import (
+    Answered,
+    Attempt,
+    Failure,
+    Feed,
+    GiveUp,
+    Refuse,
+    Relay,
+    Step,
+    request_flow,
+)
 from gridroute.gateway import upstream
-from gridroute.gateway.admission_queue import admit
+from gridroute.gateway.admission_queue import wait_in_queue
 from gridroute.gateway.runtime import GATEWAY, Gateway
 from gridroute.wire import openai_errors as errs
 
@@ -46,13 +60,6 @@ _HOP_BY_HOP = frozenset(
         "expect",
     }
 )
-_RETRY_STATUS = frozenset({429, 503})
-_BEFORE_ANSWER = (upstream.ConnectFailed, upstream.ConnectTimeout, upstream.Disconnected)
-"""Failures before the backend answered anything: retried once elsewhere. Besides
-connect errors and connect timeouts (a partitioned site), this includes a pooled
-keep-alive connection reset or closed before the answer's headers, which is what a
-backend that is going away looks like. Such a request may have reached the dying
-backend; re-running a generation costs compute, a client error costs the request."""
 
 
 def error_response(status: int, body: bytes, retry_after: int | None = None) -> web.Response:
@@ -120,15 +127,8 @@ async def read_model(request: web.Request, limit: int) -> tuple[bytes, str] | we
     return body, model
 
 
-class _Retry(Exception):
-    """Internal: this attempt failed before any byte reached the client; try `decision`."""
-
-    def __init__(self, decision: Decision) -> None:
-        self.decision = decision
-
-
 async def handle(request: web.Request) -> web.StreamResponse:
-    """aiohttp handler of every routed OpenAI endpoint."""
+    """aiohttp handler of every routed OpenAI endpoint: drives the core's request flow."""
     gw = request.app[GATEWAY]
     clock = gw.current.monotonic  # durations and affinity idle times: never the wall clock
     t0 = clock()
@@ -151,71 +151,84 @@ async def handle(request: web.Request) -> web.StreamResponse:
     attempts = 0
     session = request.headers.get(gw.affinity_header) if gw.affinity_header else None
     preferred = current.affinity.get(session, t0) if session else None
+    flow: Generator[Step, Feed, None] | None = None
     try:
-        d, snap = await admit(current, model, policy, affinity=preferred)
+        flow = request_flow(current, model, policy, preferred)
+        step = await wait_in_queue(flow, next(flow), current)
+        d = step.decision
         if session:
             gw.metrics.affinity(preferred, d)
         fwd = forward_headers(request)
         path_qs = request.raw_path
-        tried: frozenset[str] = frozenset()
-        resp: web.StreamResponse
         while True:
-            gw.metrics.decision(d)
-            gw.refusals.note(model, d.outcome)
-            view = d.view
-            if d.outcome is not Outcome.ROUTE or view is None:
+            if isinstance(step, Attempt | Refuse):
+                d = step.decision
+                gw.metrics.decision(d)
+                gw.refusals.note(model, d.outcome)
+            if isinstance(step, Refuse):
                 resp = refuse(d)
                 status = resp.status
                 return resp
-            site = view.site
-            attempts += 1
-            try:
-                resp = await _attempt(
-                    gw, request, view, path_qs, body, fwd, model, policy, snap, tried
+            if isinstance(step, GiveUp):
+                timeout = step.status == 504
+                resp = error_response(
+                    step.status, errs.UPSTREAM_TIMEOUT if timeout else errs.UPSTREAM_FAILED
                 )
                 status = resp.status
-                if session and status < 500:
-                    current.affinity.put(session, view.key, clock())
                 return resp
-            except _Retry as r:
-                tried = tried | {view.key}
-                d = r.decision
+            assert isinstance(step, Attempt), step  # a Relay is carried out in _attempt
+            if step.after is not None:
+                gw.metrics.retry(*step.after)
+            site = step.view.site
+            attempts += 1
+            got_ = await _attempt(gw, request, step, flow, path_qs, body, fwd)
+            if isinstance(got_, web.StreamResponse):
+                status = got_.status
+                if session and status < 500:
+                    current.affinity.put(session, step.view.key, clock())
+                return got_
+            step = got_
     finally:
+        if flow is not None:
+            flow.close()  # at once, not at garbage collection: an abandoned trial is freed
         gw.metrics.duration(site, status or 499, clock() - t0)
         if span is not None and tracer is not None:
             tracer.end(span, d, site, attempts, status)
 
 
-def _next(
-    gw: Gateway,
-    snap: Snapshot,
-    model: str,
-    policy: Policy,
-    exclude: frozenset[str],
-) -> Decision | None:
-    """Where a retry goes: another eligible site on the request's snapshot, or nowhere."""
-    d = decide(
-        snap, model, gw.current.rng, policy, gw.current.own.counts, can_hold=False, exclude=exclude
-    )
-    return d if d.outcome is Outcome.ROUTE and d.view is not None else None
+def failure_of(exc: upstream.UpstreamError) -> Failure:
+    """The flow's name for a backend failure before its answer's headers."""
+    if isinstance(exc, upstream.ConnectTimeout):
+        return Failure.CONNECT_TIMEOUT
+    if isinstance(exc, upstream.Reset):
+        return Failure.RESET
+    if isinstance(exc, upstream.Disconnected):
+        return Failure.DISCONNECTED
+    if isinstance(exc, upstream.ConnectFailed):
+        return Failure.CONNECT_FAILED
+    if isinstance(exc, upstream.ReadTimeout):
+        return Failure.READ_TIMEOUT
+    return Failure.BROKEN
 
 
 async def _attempt(
     gw: Gateway,
     request: web.Request,
-    view: SiteView,
+    step: Attempt,
+    flow: Generator[Step, Feed, None],
     path_qs: str,
     body: bytes,
     fwd: list[tuple[str, str]],
-    model: str,
-    policy: Policy,
-    snap: Snapshot,
-    tried: frozenset[str],
-) -> web.StreamResponse:
-    """One attempt on one site; exactly one `own.end` for its `own.start`, on every path."""
+) -> web.StreamResponse | Step:
+    """One attempt on one site: the relayed answer, or the flow's next step.
+
+    Exactly one `own.end` for its `own.start`, on every path (cancellation included).
+    A connection lost or refused before the answer (what a backend going away looks
+    like) may have reached the backend; the flow retries it once elsewhere anyway:
+    re-running a generation costs compute, a client error costs the request."""
     current = gw.current
+    view = step.view
     key = view.key
-    may_retry = not tried
     backend = gw.backends.by_key.get(key)
     own = current.own
     own.start(key, current.clock())
@@ -225,25 +238,13 @@ async def _attempt(
                 # The config was reloaded between the decision and now: unreachable.
                 raise upstream.ConnectFailed("the site left the config")
             up = await backend.pool.request(request.method, path_qs, fwd, body)
-        except _BEFORE_ANSWER as exc:
-            nxt = _next(gw, snap, model, policy, tried | {key}) if may_retry else None
-            if nxt is not None:
-                gw.metrics.retry(view.site, upstream.describe(exc))
-                raise _Retry(nxt) from exc
-            if isinstance(exc, upstream.ConnectTimeout):
-                return error_response(504, errs.UPSTREAM_TIMEOUT)
-            return error_response(502, errs.UPSTREAM_FAILED)
-        except upstream.ReadTimeout:
-            return error_response(504, errs.UPSTREAM_TIMEOUT)
-        except upstream.UpstreamError:
-            return error_response(502, errs.UPSTREAM_FAILED)
+        except upstream.UpstreamError as exc:
+            return flow.send(failure_of(exc))
         try:
-            if up.status in _RETRY_STATUS and may_retry:
-                nxt = _next(gw, snap, model, policy, tried | {key})
-                if nxt is not None:
-                    gw.metrics.retry(view.site, f"status_{up.status}")
-                    raise _Retry(nxt)
-            return await _relay(request, up, view)
+            nxt = flow.send(Answered(up.status))
+            if isinstance(nxt, Relay):
+                return await _relay(request, up, view)
+            return nxt
         finally:
             up.release()
     finally:

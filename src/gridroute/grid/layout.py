@@ -23,7 +23,7 @@ from gridroute.core.settings import AvailabilitySettings
 PROVIDER = "default"
 """Provider name of every fake site: the simulator's candidate keys are `SITE/default`."""
 _MS_FIELDS = ("full_after_ms", "room_after_ms", "lookback_ms", "freshness_window_ms",
-              "max_queue_ms")  # fmt: skip
+              "max_queue_ms", "eject_base_ms", "eject_max_ms")  # fmt: skip
 """Availability windows that stretch with `time_scale` (ceiling half-life does not: it
 is minutes long and a demo never reaches it)."""
 

@@ -21,8 +21,20 @@ from heapq import heappop, heappush
 from random import Random
 from typing import Any
 
-from gridroute.core import Decision, Live, Outcome, Policy
-from gridroute.sim.gateway import SimGateway
+from gridroute.core import Live, Policy
+from gridroute.core.flow import (
+    Answered,
+    Attempt,
+    Failure,
+    GiveUp,
+    Hold,
+    Refuse,
+    Relay,
+    Step,
+    Wake,
+    request_flow,
+)
+from gridroute.sim.gateway import MODEL, SimGateway
 from gridroute.sim.model import Network, ServiceTimes, SimOperator, SimRequest, SimSite
 from gridroute.sim.scenario import (
     ClientsEvent,
@@ -33,8 +45,18 @@ from gridroute.sim.scenario import (
 )
 from gridroute.sim.tally import Probe, Series, Tally
 
-COMPLETE, CONNECT_FAIL, DISTURB, SCRAPE, OP_POLL, GW_POLL, DRAIN, SEND = range(8)
-PRIORITY = ("complete", "connect_fail", "disturb", "scrape", "op_poll", "gw_poll", "drain", "send")
+COMPLETE, CONNECT_FAIL, DISTURB, SCRAPE, OP_POLL, GW_POLL, DRAIN, EXPIRE, SEND = range(9)
+PRIORITY = (
+    "complete",
+    "connect_fail",
+    "disturb",
+    "scrape",
+    "op_poll",
+    "gw_poll",
+    "drain",
+    "expire",
+    "send",
+)
 """Order of events that fall on the same instant (index = priority, lowest first)."""
 
 PRIME_AT = -1e-3
@@ -99,13 +121,16 @@ class SimRun:
         self.operators = [SimOperator(n) for n in names]
         self.op_by_site = {op.site: op for op in self.operators}
         self.network = Network()
+        self.now = PRIME_AT
+        """The time of the event being handled: every gateway's clock."""
         self.gateways = [
-            SimGateway(i, site, names, sc.availability, policy, Random(f"{base}:pick:{i}"))
+            SimGateway(
+                i, site, names, sc.availability, policy, Random(f"{base}:pick:{i}"), self.clock
+            )
             for i, site in enumerate(sc.placement)
         ]
         self.service = ServiceTimes(sc.service, Random(f"{base}:service"))
         self.phases = Random(f"{base}:phases")
-        self.max_queue_s = sc.availability.max_queue_ms / 1000.0
         self.tally = Tally(names, sc.warmup_s, sc.duration_s)
         self.client_gw: list[int] = []
         self.client_active: list[bool] = []
@@ -115,6 +140,9 @@ class SimRun:
         self._probing = False
 
     # -- scheduling -------------------------------------------------------------------
+
+    def clock(self) -> float:
+        return self.now
 
     def at(self, t: float, prio: int, fn: Handler, arg: Any = None) -> None:
         self.seq += 1
@@ -132,6 +160,7 @@ class SimRun:
             if t > end:
                 break
             heappop(heap)
+            self.now = t
             fn(t, arg)
             events += 1
         self.events = events
@@ -212,45 +241,63 @@ class SimRun:
     def _send(self, t: float, client: int) -> None:
         if not self.client_active[client]:
             return
-        self._submit(self.gateways[self.client_gw[client]], SimRequest(client, t), t)
+        gw = self.gateways[self.client_gw[client]]
+        req = SimRequest(client, t)
+        flow = req.flow = request_flow(gw, MODEL, gw.policy)
+        self._do(gw, req, next(flow), t)
 
     def _next(self, t: float, client: int, delay: float = 0.0) -> None:
         self.at(t + delay, SEND, self._send, client)
 
-    # -- the request path ------------------------------------------------------------------
+    # -- the request path: carry out the core's request flow ------------------------------
 
-    def _submit(self, gw: SimGateway, req: SimRequest, t: float) -> None:
-        d = gw.decide(req)
-        if d.outcome is Outcome.HOLD:
-            req.held_since = t
-            gw.held.append(req)
-        else:
-            self._act(gw, req, d, t)
+    def _feed(
+        self, gw: SimGateway, req: SimRequest, fed: Failure | Answered | Wake, t: float
+    ) -> None:
+        assert req.flow is not None
+        self._do(gw, req, req.flow.send(fed), t)
 
-    def _act(self, gw: SimGateway, req: SimRequest, d: Decision, t: float) -> None:
-        """Carry out a decision other than HOLD."""
-        if d.outcome is Outcome.ROUTE:
-            assert d.view is not None
-            self._dispatch(gw, req, d.view.key, t)
-        elif d.outcome is Outcome.SHED:
-            req.done = True
+    def _do(self, gw: SimGateway, req: SimRequest, step: Step, t: float) -> None:
+        """Carry out one step of the request's flow."""
+        if isinstance(step, Attempt):
+            if step.after is not None and self.tally.counts(t):
+                self.tally.retried += 1
+            self._dispatch(gw, req, step.view.key, t)
+        elif isinstance(step, Hold):
+            if not req.held:  # woken and held again: it keeps its place and its deadline
+                req.held = True
+                gw.held.append(req)
+                self.at(step.deadline, EXPIRE, self._expire, req)
+        elif isinstance(step, Relay):
+            view = step.decision.view
+            assert view is not None
+            self.tally.completed(t, self.site_index[view.key], t - req.sent_at)
+            self._next(t, req.client)
+        elif isinstance(step, Refuse) and step.status == 429:
             if self.tally.counts(t):
                 self.tally.shed += 1
-            self._next(t, req.client, float(d.retry_after_s or 1))
-        else:
-            req.done = True
+            self._next(t, req.client, float(step.decision.retry_after_s or 1))
+        elif isinstance(step, Refuse):
             if self.tally.counts(t):
                 self.tally.failed += 1
             self._next(t, req.client, NO_SITE_RETRY_S)
+        else:
+            assert isinstance(step, GiveUp)
+            if self.tally.counts(t):
+                self.tally.failed += 1
+            self._next(t, req.client)
 
     def _dispatch(self, gw: SimGateway, req: SimRequest, key: str, t: float) -> None:
         gw.own.start(key, t)
         req.key = key
+        req.serial += 1
         site = self.sites[self.site_index[key]]
         if self._probing:
             self._probe_send(gw, key, t)
         if not (site.up and self.network.reachable(gw.site, site.name)):
-            self.at(t + self.sc.connect_timeout_s, CONNECT_FAIL, self._connect_fail, req)
+            self.at(
+                t + self.sc.connect_timeout_s, CONNECT_FAIL, self._connect_fail, (req, req.serial)
+            )
             return
         req.site = site
         if site.busy >= site.slots:
@@ -263,56 +310,69 @@ class SimRun:
     def _serve(self, site: SimSite, req: SimRequest, t: float) -> None:
         site.busy += 1
         site.serving.add(req)
-        self.at(t + self.service.draw() * site.scale, COMPLETE, self._complete, req)
+        self.at(t + self.service.draw() * site.scale, COMPLETE, self._complete, (req, req.serial))
 
-    def _complete(self, t: float, req: SimRequest) -> None:
-        if req.done:
-            return
-        site = req.site
-        assert site is not None and req.key is not None
-        site.busy -= 1
-        site.serving.discard(req)
-        if site.queue:
-            self._serve(site, site.queue.popleft(), t)
-        req.done = True
-        gw = self.gateways[self.client_gw[req.client]]
+    def _end_attempt(self, gw: SimGateway, req: SimRequest, t: float) -> None:
+        """The attempt in flight is over: the gateway's count drops, held requests wake."""
+        assert req.key is not None
         gw.own.end(req.key, t)
-        self.tally.completed(t, self.site_index[req.key], t - req.sent_at)
-        self._next(t, req.client)
+        req.key = None
+        req.site = None
+        req.serial += 1  # events still pending for this attempt are now stale
         if gw.held and not gw.drain_pending:
             gw.drain_pending = True
             self.at(t, DRAIN, self._drain, gw.index)
 
-    def _connect_fail(self, t: float, req: SimRequest) -> None:
+    def _complete(self, t: float, arg: tuple[SimRequest, int]) -> None:
+        req, serial = arg
+        if serial != req.serial:
+            return  # the site failed while this was in service
+        site = req.site
+        assert site is not None
+        site.busy -= 1
+        site.serving.discard(req)
+        if site.queue:
+            self._serve(site, site.queue.popleft(), t)
         gw = self.gateways[self.client_gw[req.client]]
-        key = req.key
-        assert key is not None
-        gw.own.end(key, t)
-        req.key = None
-        if req.retried:
-            req.done = True
-            if self.tally.counts(t):
-                self.tally.failed += 1
-            self._next(t, req.client)
+        self._end_attempt(gw, req, t)
+        self._feed(gw, req, Answered(200), t)
+
+    def _connect_fail(self, t: float, arg: tuple[SimRequest, int]) -> None:
+        req, serial = arg
+        if serial != req.serial:
             return
-        req.retried = True
-        req.tried = req.tried | {key}
-        if self.tally.counts(t):
-            self.tally.retried += 1
-        self._submit(gw, req, t)
+        gw = self.gateways[self.client_gw[req.client]]
+        self._end_attempt(gw, req, t)
+        self._feed(gw, req, Failure.CONNECT_TIMEOUT, t)
 
     def _drain(self, t: float, g: int) -> None:
-        """Decide held requests again, oldest first, until one must still wait."""
+        """Wake the held requests, oldest first, as the gateway wakes all of them.
+
+        Every held request decides on the same inputs (no request holds after an
+        attempt, and the simulator sets no affinity), and a decision to hold changes
+        nothing, so once one must still wait every later one would too: stopping there
+        is the gateway's wake-all, exactly, at a fraction of the cost."""
         gw = self.gateways[g]
         gw.drain_pending = False
-        while gw.held:
-            req = gw.held[0]
-            since = req.held_since if req.held_since is not None else t
-            d = gw.decide(req, can_hold=t - since < self.max_queue_s)
-            if d.outcome is Outcome.HOLD:
+        held = gw.held
+        while held:
+            req = held[0]
+            if not req.held:  # its hold expired meanwhile
+                held.popleft()
+                continue
+            assert req.flow is not None
+            step = req.flow.send(Wake.WOKE)
+            if isinstance(step, Hold):
                 break
-            gw.held.popleft()
-            self._act(gw, req, d, t)
+            held.popleft()
+            req.held = False
+            self._do(gw, req, step, t)
+
+    def _expire(self, t: float, req: SimRequest) -> None:
+        if not req.held:
+            return
+        req.held = False  # left in the deque; the next drain drops it
+        self._feed(self.gateways[self.client_gw[req.client]], req, Wake.EXPIRED, t)
 
     # -- disturbances -------------------------------------------------------------------
 
@@ -333,7 +393,9 @@ class SimRun:
             self.site_by_name[ev.fail].up = True
 
     def _fail_site(self, t: float, site: SimSite) -> None:
-        """The backend dies: everything in service or queued there fails now."""
+        """The backend dies: everything in service or queued there loses its connection
+        before its answer, which the flow retries once elsewhere like the gateway does
+        (the simulator's answers are not streamed: nothing reached the client yet)."""
         site.up = False
         lost = [*site.serving, *site.queue]
         site.serving.clear()
@@ -341,12 +403,8 @@ class SimRun:
         site.busy = 0
         for req in lost:
             gw = self.gateways[self.client_gw[req.client]]
-            assert req.key is not None
-            gw.own.end(req.key, t)
-            req.done = True
-            if self.tally.counts(t):
-                self.tally.failed += 1
-            self._next(t, req.client)
+            self._end_attempt(gw, req, t)
+            self._feed(gw, req, Failure.DISCONNECTED, t)
 
     # -- probes: what each gateway saw of a disturbed site ------------------------------
 

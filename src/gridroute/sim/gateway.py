@@ -1,26 +1,27 @@
 """A simulated gateway: the gateway's decision state, fed by simulated polls.
 
 It owns exactly what a real gateway owns: a `GridState` refreshed once per poll of its
-local operator, an `OwnLoad` of its requests in flight, a seeded random source and, for
-the admission queue, the requests it holds. Every choice is the core's `decide`; this
-class only carries its inputs and outputs, so the simulator measures the shipped rule.
+local operator, an `OwnLoad` of its requests in flight, its ejected candidates, a seeded
+random source and, for the admission queue, the requests it holds. It is the `FlowGrid`
+the core's request flow reads (`core/flow.py`), the same flow the gateway's handler
+drives, so the simulator measures the shipped behaviour.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from random import Random
 
 from gridroute.core import (
     AvailabilitySettings,
     Candidate,
-    Decision,
     GridState,
     OwnLoad,
     Policy,
     Snapshot,
-    decide,
 )
+from gridroute.core.ejection import Ejections
 from gridroute.sim.model import PROVIDER, SimOperator, SimRequest
 
 MODEL = "sim-model"
@@ -37,14 +38,16 @@ class SimGateway:
     """One gateway at `site`, deciding with `policy`."""
 
     __slots__ = (
+        "_snapshot",
+        "clock",
         "drain_pending",
+        "ejections",
         "held",
         "index",
         "own",
         "policy",
         "rng",
         "site",
-        "snapshot",
         "state",
     )
 
@@ -56,6 +59,7 @@ class SimGateway:
         settings: AvailabilitySettings,
         policy: Policy,
         rng: Random,
+        clock: Callable[[], float],
     ) -> None:
         self.index = index
         self.site = site
@@ -63,27 +67,23 @@ class SimGateway:
         self.rng = rng
         self.state = GridState(candidates_for(site, sites), settings, models=[MODEL])
         self.own = OwnLoad()
+        self.ejections = Ejections()
+        self.clock = clock
+        """The simulation's clock (the time of the event being handled)."""
         self.held: deque[SimRequest] = deque()
         self.drain_pending = False
-        self.snapshot: Snapshot | None = None
+        self._snapshot: Snapshot | None = None
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The snapshot of the last poll (a gateway decides only after its first)."""
+        snap = self._snapshot
+        assert snap is not None, "a gateway decides only after its first poll"
+        return snap
 
     def refresh(self, operator: SimOperator, now: float) -> Snapshot:
         """One poll of the local operator: its rows, its poll rounds, and now for itself."""
         rounds = dict(operator.rounds)
         rounds[self.site] = now
-        self.snapshot = self.state.refresh(operator.rows(), rounds, now, {}, self.own)
-        return self.snapshot
-
-    def decide(self, req: SimRequest, can_hold: bool = True) -> Decision:
-        """The core's pick for `req`, never one of the keys it already tried."""
-        assert self.snapshot is not None, "a gateway decides only after its first poll"
-        return decide(
-            self.snapshot,
-            MODEL,
-            self.rng,
-            self.policy,
-            self.own.counts,
-            None,
-            can_hold,
-            req.tried,
-        )
+        self._snapshot = self.state.refresh(operator.rows(), rounds, now, {}, self.own)
+        return self._snapshot

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Generator
 from random import Random
 
+from gridroute.core.flow import Feed, Step
 from gridroute.core.sample import Sample
 from gridroute.sim.scenario import ServiceSpec
 
@@ -41,22 +43,26 @@ class ServiceTimes:
 
 
 class SimRequest:
-    """One client request, from its first send to its end (success, failure or 429)."""
+    """One client request, from its first send to its end (answer, failure or refusal).
 
-    __slots__ = ("client", "done", "held_since", "key", "retried", "sent_at", "site", "tried")
+    Its course is the core's request flow (`flow`), the same generator the gateway
+    drives; the engine carries out each step and sends back what happened."""
+
+    __slots__ = ("client", "flow", "held", "key", "sent_at", "serial", "site")
 
     def __init__(self, client: int, sent_at: float) -> None:
         self.client = client
         self.sent_at = sent_at
         """When the client sent it (latency is measured from here)."""
+        self.flow: Generator[Step, Feed, None] | None = None
         self.key: str | None = None
         """Candidate key it is in flight to (set while the gateway counts it as its own)."""
         self.site: SimSite | None = None
-        self.tried: frozenset[str] = frozenset()
-        self.retried = False
-        self.held_since: float | None = None
-        self.done = False
-        """Ended (a completion event for it after a site failure is ignored)."""
+        self.serial = 0
+        """Attempts so far: an event for an earlier attempt (a completion at a site that
+        failed meanwhile) is recognised by its serial and ignored."""
+        self.held = False
+        """In its gateway's admission queue now."""
 
 
 class SimSite:
