@@ -1,9 +1,9 @@
 """The admission queue's hold deadline is on the monotonic clock, not the wall clock.
 
 Each test drives the request flow and `wait_in_queue` on a `CurrentGrid` whose wall
-clock is injected and jumps by an hour on every read (an NTP step, a VM resumed, a hand-set clock). The hold must
-still last `max_queue_ms`: not end at once (clock stepped forward), not stretch by
-the step (clock stepped back).
+clock is injected and jumps by an hour on every read (an NTP step, a VM resumed, a
+hand-set clock). The hold must still last `max_queue_ms`: not end at once (clock
+stepped forward), not stretch by the step (clock stepped back).
 """
 
 from __future__ import annotations
