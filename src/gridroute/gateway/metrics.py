@@ -22,6 +22,8 @@ from gridroute.gateway.backends import Backends
 from gridroute.gateway.current import CurrentGrid
 
 NAN = math.nan
+ADDED_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+"""Added latency is the gateway's own cost (decide, hold, retries): milliseconds, not minutes."""
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _ROUTED_REASON = {Path.FALLBACK: "fallback", Path.LAST_RESORT: "last_resort"}
 _STATUS_CLASS = {n: f"{n}xx" for n in range(1, 6)}
@@ -67,6 +69,10 @@ class GridCollector(Collector):
                 ("weight", "Capacity the draws use (NaN: no reading)."),
                 ("in_flight", "This gateway's own requests in flight to the site."),
                 ("up", "Backend health probe verdict: 1 up, 0 down, NaN not yet probed."),
+                (
+                    "silent_seconds",
+                    "Age of the site's last sample in this gateway's snapshot (NaN: none yet).",
+                ),
             )
         }
         now_seen: set[tuple[str, str]] = set()
@@ -83,6 +89,8 @@ class GridCollector(Collector):
             fams["weight"].add_metric(lv, _num(r.weight))
             fams["in_flight"].add_metric(lv, float(r.own))
             fams["up"].add_metric(lv, _UP.get(v.health, NAN))
+            silent = None if v.sampled_at is None else snap.at - v.sampled_at
+            fams["silent_seconds"].add_metric(lv, _num(silent))
         for site, cluster in self._seen - now_seen:
             for fam in fams.values():
                 fam.add_metric([site, cluster], NAN)
@@ -186,6 +194,13 @@ class GatewayMetrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        self._added = Histogram(
+            "grid_route_added_latency_seconds",
+            "Time from a request's arrival until its answering attempt was handed to the "
+            "backend: the gateway's decision, any admission hold and failed attempts.",
+            buckets=ADDED_BUCKETS,
+            registry=r,
+        )
         self._reloads = Counter(
             "grid_gateway_config_reload_total",
             "Config reloads (SIGHUP) by result: ok, or error (the running config stays).",
@@ -273,6 +288,10 @@ class GatewayMetrics:
                     labels = sample.labels
                     out.setdefault(labels["site"], {})[labels["reason"]] = sample.value
         return out
+
+    def added(self, seconds: float) -> None:
+        """Observe one routed request's added latency (arrival to hand-off)."""
+        self._added.observe(seconds)
 
     def duration(self, site: str, status: int, seconds: float) -> None:
         key = (site, status // 100)

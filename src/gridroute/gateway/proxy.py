@@ -149,6 +149,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     site = ""
     status = 0
     attempts = 0
+    sent: list[float] = []  # when each attempt was handed to a backend (added latency)
     session = request.headers.get(gw.affinity_header) if gw.affinity_header else None
     preferred = current.affinity.get(session, t0) if session else None
     flow: Generator[Step, Feed, None] | None = None
@@ -181,7 +182,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 gw.metrics.retry(*step.after)
             site = step.view.site
             attempts += 1
-            got_ = await _attempt(gw, request, step, flow, path_qs, body, fwd)
+            got_ = await _attempt(gw, request, step, flow, path_qs, body, fwd, sent)
             if isinstance(got_, web.StreamResponse):
                 status = got_.status
                 if session and status < 500:
@@ -191,6 +192,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     finally:
         if flow is not None:
             flow.close()  # at once, not at garbage collection: an abandoned trial is freed
+        if sent:
+            gw.metrics.added(sent[-1] - t0)
         gw.metrics.duration(site, status or 499, clock() - t0)
         if span is not None and tracer is not None:
             tracer.end(span, d, site, attempts, status)
@@ -219,13 +222,15 @@ async def _attempt(
     path_qs: str,
     body: bytes,
     fwd: list[tuple[str, str]],
+    sent: list[float],
 ) -> web.StreamResponse | Step:
     """One attempt on one site: the relayed answer, or the flow's next step.
 
     Exactly one `own.end` for its `own.start`, on every path (cancellation included).
     A connection lost or refused before the answer (what a backend going away looks
     like) may have reached the backend; the flow retries it once elsewhere anyway:
-    re-running a generation costs compute, a client error costs the request."""
+    re-running a generation costs compute, a client error costs the request.
+    Appends to `sent` when the request is handed to the backend pool (added latency)."""
     current = gw.current
     view = step.view
     key = view.key
@@ -237,6 +242,7 @@ async def _attempt(
             if backend is None:
                 # The config was reloaded between the decision and now: unreachable.
                 raise upstream.ConnectFailed("the site left the config")
+            sent.append(current.clock())
             up = await backend.pool.request(request.method, path_qs, fwd, body)
         except upstream.UpstreamError as exc:
             return flow.send(failure_of(exc))
