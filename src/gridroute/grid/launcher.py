@@ -100,6 +100,7 @@ class LocalGrid:
         self.operators: dict[str, Child] = {}
         self.gateways: list[Child] = []
         self.operator_ports: dict[str, int] = {}
+        self.gateway_metrics_ports: list[int] = []
         self.partitioned: set[str] = set()
         self.nats: NatsCluster | None = None
 
@@ -117,6 +118,16 @@ class LocalGrid:
     @property
     def gateway_urls(self) -> list[str]:
         return [str(g.url) for g in self.gateways]
+
+    @property
+    def gateway_metrics_urls(self) -> list[str]:
+        """Each gateway's `/metrics` base URL (empty unless `spec.gateway_metrics`)."""
+        return [f"http://127.0.0.1:{p}" for p in self.gateway_metrics_ports]
+
+    @property
+    def operator_urls(self) -> dict[str, str]:
+        """Site -> its operator's https base URL (mutual TLS)."""
+        return {site: operator_url(port) for site, port in self.operator_ports.items()}
 
     @property
     def dashboard_url(self) -> str:
@@ -187,9 +198,13 @@ class LocalGrid:
             )
         for site in spec.sites:
             self._wait_operator(site.name, deadline)
+        if spec.gateway_metrics:
+            self.gateway_metrics_ports = free_ports(len(spec.gateway_sites))
         for i, gw_site in enumerate(spec.gateway_sites):
             path = configs / f"gateway-{i}.yaml"
-            path.write_text(yaml.safe_dump(gateway_config(spec, gw_site, addrs, self.certs)))
+            mport = self.gateway_metrics_ports[i] if self.gateway_metrics_ports else None
+            cfg = gateway_config(spec, gw_site, addrs, self.certs, mport)
+            path.write_text(yaml.safe_dump(cfg))
             gw = self.procs.start(f"gateway-{i}", ["gateway", "--config", str(path)])
             self.gateways.append(gw)
         self.procs.wait_announced(self.gateways, self._left(deadline))

@@ -71,6 +71,8 @@ class GridSpec:
     """How long an operator republishes a failing scrape's last reading. Short, so a
     partitioned site goes silent within seconds rather than the production 10 s."""
     connect_timeout_s: float = 2.0
+    gateway_metrics: bool = False
+    """Give each gateway a `metrics.listen` port (for a Prometheus to scrape)."""
     time_scale: float = 1.0
     seed: int = 1
     signals: str = "mesh"
@@ -186,11 +188,20 @@ def _availability(spec: GridSpec) -> dict[str, Any]:
 
 
 def gateway_config(
-    spec: GridSpec, gateway_site: str, addrs: Addresses, certs: Path
+    spec: GridSpec,
+    gateway_site: str,
+    addrs: Addresses,
+    certs: Path,
+    metrics_port: int | None = None,
 ) -> dict[str, Any]:
-    """`gateway.yaml` of a gateway at `gateway_site`, polling that site's operator."""
+    """`gateway.yaml` of a gateway at `gateway_site`, polling that site's operator, with
+    a metrics listener on `metrics_port` when one is given."""
     interval = spec.poll_s
+    extra: dict[str, Any] = (
+        {} if metrics_port is None else {"metrics": {"listen": f"127.0.0.1:{metrics_port}"}}
+    )
     return {
+        **extra,
         "listen": "127.0.0.1:0",
         "local_site": gateway_site,
         "operator": {

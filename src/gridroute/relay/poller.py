@@ -42,6 +42,7 @@ from gridroute.wire.signals import (
     READ_LIMIT_BYTES,
     TIME_HEADER,
     Decoded,
+    DropReason,
     RelayTooLarge,
     decode_relay,
 )
@@ -116,6 +117,16 @@ class PollMetrics:
             "grid_signals_response_bytes", "Size of the last /signals body (read limit 1 MiB).",
             ["target"], **kw,
         )  # fmt: skip
+
+    def expose(self, target: str) -> None:
+        """Create `target`'s counters at zero for every result and drop reason, so
+        `rate()` over them reads 0 rather than nothing before the first failure (an
+        alert or panel on a series that does not exist yet cannot be told from a broken
+        one)."""
+        for result in PollResult:
+            self.polls.labels(target, result.value)
+        for reason in DropReason:
+            self.dropped.labels(target, reason.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +253,7 @@ class SignalsClient:
         self.offset: float | None = None
         """Reader clock minus responder clock, held steady across polls."""
         self._metrics = metrics
+        metrics.expose(target)
         self._ssl = ssl_context
         self._clock = clock
         self._log = logger

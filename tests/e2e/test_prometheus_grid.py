@@ -1,0 +1,159 @@
+"""The local grid scraped by a real Prometheus with gridroute's own deploy/prometheus
+config and rules: after traffic, a shed and a partition, every PromQL expression of the
+Grafana dashboard and of the recording rules returns data, every selector an alert reads
+has data, every rule evaluates without error, and the partitioned site's silence alert
+goes pending. A metric renamed in the code breaks this test, not a panel in production.
+
+    fake x3 <- operator x3 (mTLS) <- gateway (metrics.listen) <- openai load
+                   ^                      ^
+                   +---- prometheus (1 s scrape, 1 s rule evaluation) ----+
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gridroute.local.background import BackgroundLoad
+from gridroute.local.grid import LocalGrid
+from gridroute.local.gridconfig import GridSpec, SiteSpec
+from tests.prometheus_package import PrometheusBinaries
+from tests.prometheus_server import RunningPrometheus
+from tests.promql_selectors import selectors
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # a first apt-get install
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "prometheus"
+DASHBOARD = ROOT / "deploy" / "grafana" / "gridroute.json"
+RATE_INTERVAL = "5s"
+"""What Grafana's `$__rate_interval` stands for here: a few 1 s scrapes."""
+SPEC = GridSpec(
+    sites=(SiteSpec("hub", 6), SiteSpec("west", 6), SiteSpec("east", 4)),
+    service_s=0.2,
+    distribution="exponential",
+    gateway_metrics=True,
+)
+CLIENTS = 24
+"""More clients than the grid's 16 slots, so the model is shed part of the time."""
+DATA_TIMEOUT_S = 30.0
+
+
+def prometheus_config(grid: LocalGrid, out: Path) -> Path:
+    """deploy/prometheus copied to `out`, pointed at the grid, scraping every second.
+
+    Only the global intervals and the file_sd target files change; the jobs, TLS
+    settings and rule files are the shipped ones."""
+    shutil.copytree(DEPLOY, out)
+    certs = out / "certs"
+    certs.mkdir()
+    shutil.copy(grid.certs / "ca.crt", certs / "ca.crt")
+    shutil.copy(grid.certs / "hub" / "client.crt", certs / "prometheus.crt")
+    shutil.copy(grid.certs / "hub" / "client.key", certs / "prometheus.key")
+    config = yaml.safe_load((out / "prometheus.yml").read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    (out / "prometheus.yml").write_text(yaml.safe_dump(config))
+    gateways = [
+        {"targets": [url.removeprefix("http://")], "labels": {"grid_site": site}}
+        for url, site in zip(grid.gateway_metrics_urls, SPEC.gateway_sites, strict=True)
+    ]
+    operators = [
+        {"targets": [url.removeprefix("https://")], "labels": {"grid_site": site}}
+        for site, url in grid.operator_urls.items()
+    ]
+    (out / "targets" / "gateways.json").write_text(json.dumps(gateways))
+    (out / "targets" / "operators.json").write_text(json.dumps(operators))
+    return out / "prometheus.yml"
+
+
+def dashboard_exprs() -> list[tuple[str, str]]:
+    """(panel title, expression) of every query in the dashboard."""
+    dash = json.loads(DASHBOARD.read_text())
+    return [
+        (p["title"], t["expr"].replace("$__rate_interval", RATE_INTERVAL))
+        for p in dash["panels"]
+        for t in p.get("targets", [])
+    ]
+
+
+def rules() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((DEPLOY / "rules").glob("*.yml")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            out.extend(group["rules"])
+    return out
+
+
+def checks() -> dict[str, str]:
+    """What must return at least one series -> where it comes from."""
+    want: dict[str, str] = {}
+    for title, expr in dashboard_exprs():
+        want[expr] = f"dashboard panel {title!r}"
+    for rule in rules():
+        if "record" in rule:
+            want[rule["record"]] = f"recording rule {rule['record']}"
+            continue
+        for sel in selectors(rule["expr"]):
+            want.setdefault(sel, f"alert {rule['alert']} (selector)")
+    return want
+
+
+def _until(ok: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not ok():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
+    prometheus_binaries: PrometheusBinaries, tmp_path: Path
+) -> None:
+    want = checks()
+    assert len(want) > 20
+    with (
+        LocalGrid(SPEC, workdir=tmp_path / "grid") as grid,
+        BackgroundLoad(grid.gateway_url, SPEC.model, CLIENTS),
+    ):
+        config = prometheus_config(grid, tmp_path / "prometheus")
+        with RunningPrometheus(prometheus_binaries, config, tmp_path / "prom-run") as prom:
+            up = lambda: len(prom.query("up == 1")) == 1 + len(SPEC.sites)  # noqa: E731
+            assert _until(up, DATA_TIMEOUT_S), prom.query("up")
+            grid.partition("east", drain_s=0.5)  # retries, silent decisions, failing polls
+
+            missing: dict[str, str] = dict(want)
+
+            def all_have_data() -> bool:
+                for expr in list(missing):
+                    if prom.query(expr):
+                        del missing[expr]
+                return not missing
+
+            _until(all_have_data, DATA_TIMEOUT_S)
+            assert missing == {}, f"no series for: {json.dumps(missing, indent=1)}"
+
+            # Every rule evaluates cleanly (a type error in a rule shows only here).
+            groups = prom.api("rules")["groups"]
+            bad = [
+                (r["name"], r.get("lastError"))
+                for g in groups
+                for r in g["rules"]
+                if r.get("health") != "ok"
+            ]
+            assert bad == []
+            assert sum(len(g["rules"]) for g in groups) == len(rules())
+
+            # The partitioned site's silence is seen by the alert (pending: `for` is 30 s).
+            silent = 'ALERTS{alertname="GridSiteSilent",site="east"}'
+            assert _until(lambda: bool(prom.query(silent)), DATA_TIMEOUT_S), prom.query(
+                "grid_route_site_silent_seconds"
+            )
+            assert not prom.query('ALERTS{alertname="GridSiteSilent",site="hub"}')
