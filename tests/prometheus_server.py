@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gridroute.local.ports import free_port
+from gridroute.grid.ports import free_port
 from tests.prometheus_package import PrometheusBinaries
 
 START_TIMEOUT_S = 30.0

@@ -45,7 +45,7 @@ def test_scrape_config_loads_with_its_certificates(
         j["job_name"]
         for j in yaml.safe_load((copy / "prometheus.yml").read_text())["scrape_configs"]
     }
-    assert jobs == {"gridroute-gateway", "gridroute-operator"}
+    assert jobs == {"gridroute-gateway", "gridroute-operator", "gridroute-signals"}
 
 
 def test_rules_pass_promtool_check(prometheus_binaries: PrometheusBinaries) -> None:

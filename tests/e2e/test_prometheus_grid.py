@@ -1,8 +1,12 @@
 """The local grid scraped by a real Prometheus with gridroute's own deploy/prometheus
-config and rules: after traffic, a shed and a partition, every PromQL expression of the
-Grafana dashboard and of the recording rules returns data, every selector an alert reads
-has data, every rule evaluates without error, and the partitioned site's silence alert
-goes pending. A metric renamed in the code breaks this test, not a panel in production.
+config and rules.
+
+* After traffic, a shed and a partition, every PromQL expression of the Grafana
+  dashboard and of the recording rules returns data, every selector an alert reads has
+  data, every rule evaluates without error, and the partitioned site's silence alert
+  goes pending. A metric renamed in the code breaks this test, not a panel in production.
+* A second gateway with `signals.transport: prometheus` reads every site's load back from
+  that Prometheus: all sites live and measured, the partitioned one silent, and back.
 
     fake x3 <- operator x3 (mTLS) <- gateway (metrics.listen) <- openai load
                    ^                      ^
@@ -14,16 +18,16 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from gridroute.local.background import BackgroundLoad
-from gridroute.local.grid import LocalGrid
-from gridroute.local.gridconfig import GridSpec, SiteSpec
+from gridroute.grid.launcher import LocalGrid, http_json
+from gridroute.grid.layout import Addresses, GridSpec, LocalSite, gateway_config
+from gridroute.load.background import BackgroundLoad
 from tests.prometheus_package import PrometheusBinaries
 from tests.prometheus_server import RunningPrometheus
 from tests.promql_selectors import selectors
@@ -36,7 +40,7 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "gridroute.json"
 RATE_INTERVAL = "5s"
 """What Grafana's `$__rate_interval` stands for here: a few 1 s scrapes."""
 SPEC = GridSpec(
-    sites=(SiteSpec("hub", 6), SiteSpec("west", 6), SiteSpec("east", 4)),
+    sites=(LocalSite("hub", 6), LocalSite("west", 6), LocalSite("east", 4)),
     service_s=0.2,
     distribution="exponential",
     gateway_metrics=True,
@@ -114,46 +118,116 @@ def _until(ok: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
+class Stack:
+    """The grid under load, and the Prometheus scraping it."""
+
+    def __init__(self, grid: LocalGrid, prom: RunningPrometheus, workdir: Path) -> None:
+        self.grid = grid
+        self.prom = prom
+        self.workdir = workdir
+
+
+@pytest.fixture(scope="module")
+def stack(
+    prometheus_binaries: PrometheusBinaries, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("prometheus-grid")
+    with (
+        LocalGrid(SPEC, workdir=tmp / "grid") as grid,
+        BackgroundLoad(grid.gateway_url, SPEC.model, CLIENTS),
+    ):
+        config = prometheus_config(grid, tmp / "prometheus")
+        with RunningPrometheus(prometheus_binaries, config, tmp / "prom-run") as prom:
+            up = lambda: len(prom.query("up == 1")) == 1 + 2 * len(SPEC.sites)  # noqa: E731
+            assert _until(up, DATA_TIMEOUT_S), prom.query("up")
+            yield Stack(grid, prom, tmp)
+
+
+def _prometheus_fed_gateway(stack: Stack) -> str:
+    """A second gateway at hub that reads site load from the Prometheus, not the operator."""
+    grid = stack.grid
+    addrs = Addresses(grid.backend_urls, grid.operator_ports)
+    cfg = gateway_config(SPEC, "hub", addrs, grid.certs)
+    del cfg["operator"]
+    cfg["signals"] = {
+        "transport": "prometheus",
+        "prometheus": {"url": stack.prom.url, "poll_interval_s": 0.5, "timeout_s": 0.4,
+                       "lookback_s": 5},
+    }  # fmt: skip
+    path = stack.workdir / "gateway-prometheus.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    child = grid.procs.start("gateway-prometheus", ["gateway", "--config", str(path)])
+    grid.procs.wait_announced([child], 30.0)
+    return str(child.url)
+
+
+def test_a_gateway_reads_site_load_from_prometheus(stack: Stack) -> None:
+    grid = stack.grid
+    url = _prometheus_fed_gateway(stack)
+
+    def rows() -> dict[str, dict[str, Any]]:
+        try:
+            status = http_json(url + "/grid/status")
+        except OSError:
+            return {}
+        return {r["site"]: r for r in status["sites"]}
+
+    def all_live() -> bool:
+        r = rows()
+        return set(r) == {"hub", "west", "east"} and all(
+            s["live"] == "live" and s["measured"] and s["capacity"] for s in r.values()
+        )
+
+    assert _until(all_live, DATA_TIMEOUT_S), rows()
+    status = http_json(url + "/grid/status")
+    assert status["poll"]["result"] == "ok"
+    assert {r["site"]: r["capacity"] for r in status["sites"]} == {
+        s.name: s.slots for s in SPEC.sites
+    }
+
+    grid.partition("east", drain_s=0.5)
+    try:
+        east_silent = lambda: rows().get("east", {}).get("live") == "silent"  # noqa: E731
+        assert _until(east_silent, DATA_TIMEOUT_S), rows()
+        assert rows()["hub"]["live"] == "live"
+    finally:
+        grid.restore("east")
+    assert _until(lambda: rows().get("east", {}).get("live") != "silent", DATA_TIMEOUT_S)
+
+
 def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
-    prometheus_binaries: PrometheusBinaries, tmp_path: Path
+    stack: Stack,
 ) -> None:
     want = checks()
     assert len(want) > 20
-    with (
-        LocalGrid(SPEC, workdir=tmp_path / "grid") as grid,
-        BackgroundLoad(grid.gateway_url, SPEC.model, CLIENTS),
-    ):
-        config = prometheus_config(grid, tmp_path / "prometheus")
-        with RunningPrometheus(prometheus_binaries, config, tmp_path / "prom-run") as prom:
-            up = lambda: len(prom.query("up == 1")) == 1 + len(SPEC.sites)  # noqa: E731
-            assert _until(up, DATA_TIMEOUT_S), prom.query("up")
-            grid.partition("east", drain_s=0.5)  # retries, silent decisions, failing polls
+    grid, prom = stack.grid, stack.prom
+    grid.partition("east", drain_s=0.5)  # retries, silent decisions, failing polls
 
-            missing: dict[str, str] = dict(want)
+    missing: dict[str, str] = dict(want)
 
-            def all_have_data() -> bool:
-                for expr in list(missing):
-                    if prom.query(expr):
-                        del missing[expr]
-                return not missing
+    def all_have_data() -> bool:
+        for expr in list(missing):
+            if prom.query(expr):
+                del missing[expr]
+        return not missing
 
-            _until(all_have_data, DATA_TIMEOUT_S)
-            assert missing == {}, f"no series for: {json.dumps(missing, indent=1)}"
+    _until(all_have_data, DATA_TIMEOUT_S)
+    assert missing == {}, f"no series for: {json.dumps(missing, indent=1)}"
 
-            # Every rule evaluates cleanly (a type error in a rule shows only here).
-            groups = prom.api("rules")["groups"]
-            bad = [
-                (r["name"], r.get("lastError"))
-                for g in groups
-                for r in g["rules"]
-                if r.get("health") != "ok"
-            ]
-            assert bad == []
-            assert sum(len(g["rules"]) for g in groups) == len(rules())
+    # Every rule evaluates cleanly (a type error in a rule shows only here).
+    groups = prom.api("rules")["groups"]
+    bad = [
+        (r["name"], r.get("lastError"))
+        for g in groups
+        for r in g["rules"]
+        if r.get("health") != "ok"
+    ]
+    assert bad == []
+    assert sum(len(g["rules"]) for g in groups) == len(rules())
 
-            # The partitioned site's silence is seen by the alert (pending: `for` is 30 s).
-            silent = 'ALERTS{alertname="GridSiteSilent",site="east"}'
-            assert _until(lambda: bool(prom.query(silent)), DATA_TIMEOUT_S), prom.query(
-                "grid_route_site_silent_seconds"
-            )
-            assert not prom.query('ALERTS{alertname="GridSiteSilent",site="hub"}')
+    # The partitioned site's silence is seen by the alert (pending: `for` is 30 s).
+    silent = 'ALERTS{alertname="GridSiteSilent",site="east"}'
+    assert _until(lambda: bool(prom.query(silent)), DATA_TIMEOUT_S), prom.query(
+        "grid_route_site_silent_seconds"
+    )
+    assert not prom.query('ALERTS{alertname="GridSiteSilent",site="hub"}')

@@ -214,9 +214,10 @@ class GatewayConfig(_Frozen):
     """The local operator. Default: none (no load signals: sites are picked by health
     and configured order only)."""
     signals: SignalsTransport = SignalsTransport()
-    """Where site readings come from: `transport: mesh` (poll `operator`, the default)
-    or `transport: nats` (subscribe to every site's subject; `operator` is not polled).
-    Default: mesh."""
+    """Where site readings come from: `transport: mesh` (poll `operator`, the default),
+    `transport: nats` (subscribe to every site's subject; `operator` is not polled) or
+    `transport: prometheus` (read them from a Prometheus-compatible query API,
+    `signals.prometheus`; `operator` is not polled). Default: mesh."""
     sites: list[SiteConfig] = Field(min_length=1)
     """Backends, in preference order after the local site. Required."""
     models: list[ModelConfig] = Field(min_length=1)
@@ -325,6 +326,11 @@ def named_files(cfg: GatewayConfig) -> dict[str, str | None]:
         files |= {
             k: None if v is None else str(v)
             for k, v in cfg.signals.nats.files("signals.nats").items()
+        }
+    if cfg.signals.prometheus is not None:
+        files |= {
+            k: None if v is None else str(v)
+            for k, v in cfg.signals.prometheus.files("signals.prometheus").items()
         }
     return files
 

@@ -33,6 +33,7 @@ from gridroute.gateway.tracing import RequestTracer, make_tracer
 from gridroute.relay.nats_link import Transport
 from gridroute.relay.nats_source import NatsSignalsSource
 from gridroute.relay.poller import LOCAL_LIMITS, PollLimits, PollMetrics, SignalsClient
+from gridroute.relay.prometheus_source import PrometheusSource
 
 log = logging.getLogger("gridroute.gateway")
 
@@ -130,9 +131,14 @@ class Gateway:
         op = self.cfg.operator
         nats = self.cfg.signals.nats if self.cfg.signals.transport is Transport.NATS else None
         source: SignalsSource
+        prom = self.cfg.signals.prometheus
         if nats is not None:
             source = NatsSignalsSource(nats, metrics=self.poll_metrics, limits=LOCAL_LIMITS)
             interval_s = op.poll_interval_s if op is not None else 1.0
+        elif self.cfg.signals.transport is Transport.PROMETHEUS and prom is not None:
+            sites = [s.name for s in self.cfg.sites]
+            source = PrometheusSource(prom, sites, self.poll_metrics)
+            interval_s = prom.poll_interval_s
         elif op is not None:
             source = self._source_factory(op, self.poll_metrics)
             interval_s = op.poll_interval_s
@@ -170,7 +176,11 @@ class Gateway:
         self.prober.cfg = cfg.health
         if cfg.tracing != old.tracing:
             self.tracer = make_tracer(cfg.tracing)
-        if (cfg.operator, cfg.signals, cfg.local_site) != (
+        # The Prometheus queries name the configured sites: a new site list restarts them.
+        sites_read = cfg.signals.transport is Transport.PROMETHEUS and [
+            s.name for s in cfg.sites
+        ] != [s.name for s in old.sites]
+        if sites_read or (cfg.operator, cfg.signals, cfg.local_site) != (
             old.operator,
             old.signals,
             old.local_site,

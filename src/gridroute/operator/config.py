@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from gridroute import tls
 from gridroute.config import ConfigError, ListenAddress, check_files, load, split_listen, validate
-from gridroute.relay.nats_link import SignalsTransport
+from gridroute.relay.nats_link import SignalsTransport, Transport
 from gridroute.wire.prometheus import MetricsFormat
 from gridroute.wire.signals import NAME_PATTERN
 
@@ -164,6 +164,10 @@ class OperatorConfig(_Model):
         sites = [p.site for p in self.peers]
         if len(set(sites)) != len(sites) or self.site in sites:
             raise ValueError(f"peers: each site once and not this site ({self.site}), got {sites}")
+        if self.signals.transport is Transport.PROMETHEUS:
+            raise ValueError(
+                "signals.transport: prometheus is for gateways; an operator uses mesh or nats"
+            )
         return self
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from gridroute.relay.prometheus_link import PrometheusLink
 from gridroute.tls import Pem, TLSFiles, load_context
 
 DEFAULT_PREFIX = "gridroute.signals"
@@ -27,6 +28,8 @@ class Transport(StrEnum):
 
     MESH = "mesh"
     NATS = "nats"
+    PROMETHEUS = "prometheus"
+    """Gateways only: read the rows from a Prometheus-compatible query API."""
 
 
 class _Model(BaseModel):
@@ -105,11 +108,15 @@ class SignalsTransport(_Model):
     `nats` (each operator publishes its own rows, gateways subscribe)."""
     nats: NatsLink | None = None
     """Required with `transport: nats`."""
+    prometheus: PrometheusLink | None = None
+    """Required with `transport: prometheus` (gateways only)."""
 
     @model_validator(mode="after")
     def _nats_named(self) -> SignalsTransport:
         if self.transport is Transport.NATS and self.nats is None:
             raise ValueError("nats: required with transport: nats")
+        if self.transport is Transport.PROMETHEUS and self.prometheus is None:
+            raise ValueError("prometheus: required with transport: prometheus")
         return self
 
 

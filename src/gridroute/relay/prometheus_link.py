@@ -1,0 +1,86 @@
+"""How a gateway reaches a Prometheus-compatible query API (`signals.transport: prometheus`).
+
+Gateways only: fleets that already collect every operator's `/signals` in Prometheus
+(or Thanos Query, Mimir) let their gateways read the rows there (`relay/prometheus_source.py`);
+operators keep polling each other (mesh) or publishing (NATS). camelCase and snake_case
+keys are both accepted, like the other `signals:` models.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+MIB = 1024 * 1024
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class PrometheusTLS(_Model):
+    """TLS toward the query API; with a client certificate, mutual TLS."""
+
+    ca_file: Path | None = None
+    """CA bundle that signs the API's certificate (default: system store)."""
+    cert_file: Path | None = None
+    """Client certificate, when the API (or a proxy in front of it) asks for one."""
+    key_file: Path | None = None
+    """Private key of `cert_file`."""
+
+
+class PrometheusLink(_Model):
+    """Where and how a gateway reads site rows from a Prometheus-compatible API."""
+
+    url: str
+    """Base URL of the query API, e.g. `http://prometheus:9090` (`/api/v1/query` is
+    appended; for Mimir include its prefix, e.g. `http://mimir/prometheus`). Required."""
+    selector: str = 'job="gridroute-signals"'
+    """Label matchers ANDed into every query, picking the scrape of the operators'
+    `/signals`. Default: `job="gridroute-signals"` (deploy/prometheus/prometheus.yml)."""
+    tls: PrometheusTLS | None = None
+    """TLS toward the API. Default: none (plain HTTP, or system CAs for https)."""
+    poll_interval_s: float = Field(1.0, gt=0)
+    """Seconds between reads. Default: 1.0."""
+    timeout_s: float = Field(2.0, gt=0)
+    """Seconds one read (both queries) may take before it counts as `unreachable`.
+    Default: 2.0."""
+    lookback_s: float = Field(30.0, gt=0)
+    """How old a sample may be to be read at all; older ones leave the site with no
+    new reading, and the freshness rules judge it silent. Default: 30."""
+    max_series: int = Field(4096, gt=0)
+    """Most series one answer may hold; more counts as `too_large`. Default: 4096."""
+    max_response_bytes: int = Field(MIB, gt=0)
+    """Read ceiling of one answer; a larger one counts as `too_large`. Default: 1 MiB."""
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, value: str) -> str:
+        if any(c in value for c in "{}[]"):
+            raise ValueError('label matchers only, without braces, e.g. job="x"')
+        return value
+
+    def files(self, where: str) -> dict[str, Path | None]:
+        """Every file this link names, by field path (for the config checks)."""
+        if self.tls is None:
+            return {}
+        return {
+            f"{where}.tls.caFile": self.tls.ca_file,
+            f"{where}.tls.certFile": self.tls.cert_file,
+            f"{where}.tls.keyFile": self.tls.key_file,
+        }

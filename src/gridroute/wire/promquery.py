@@ -1,0 +1,217 @@
+"""Site load read from a Prometheus-compatible query API: the queries and their decoding.
+
+For fleets that already collect every site's metrics in Prometheus (often federated
+through Thanos or Mimir), a gateway can read the relay rows there instead of polling
+its operator (`signals.transport: prometheus`). Prometheus scrapes each operator's
+`/signals?scope=own&latest=1` (a strictly valid exposition of that site's own rows,
+labelled `grid_site`/`grid_provider`, stamped with the operator's measurement time;
+`honor_labels` and `honor_timestamps` keep both). Two instant queries per poll:
+
+    {__name__=~"llm_d_epp_...|grid_provider_...", grid_site=~"hub|west", <selector>}[30s]
+    max by (grid_site) (timestamp(up{grid_site=~"hub|west", <selector>}))
+
+The first is a range selector evaluated as an instant query, so it returns each
+series' raw samples with their own timestamps (an instant vector would carry the
+evaluation time instead, and a stale reading would look fresh). The newest stamp of a
+provider is its sample; every field with a sample at that stamp fills it. The second
+gives each site's judgement time, the analogue of a peer poll round's end: when
+Prometheus last tried to scrape that site. A site Prometheus no longer tries is not
+judged (as a peer whose operator reports no rounds), so a stalled Prometheus pauses
+the silence judgement instead of silencing every site.
+
+Bounds are the relay's: at most `max_series` series per answer (else `too_large`), at
+most `max_providers` providers per site (the rest dropped as `cap`), values and names
+checked as strictly as `decode_relay` does (`parse`), rows stamped ahead of the
+reader's clock by more than `SKEW_AHEAD_S` dropped (`skew`). Clocks: the stamps are the
+operators' clocks, as Prometheus stores them; like Prometheus itself with honoured
+timestamps, this path assumes the fleet's clocks are synchronised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gridroute.core.sample import Sample
+from gridroute.wire.signals import (
+    FIELDS,
+    NAME_RE,
+    PEER_MAX_PROVIDERS,
+    SKEW_AHEAD_S,
+    Decoded,
+    DropReason,
+    Received,
+)
+
+SITE_LABEL = "grid_site"
+PROVIDER_LABEL = "grid_provider"
+_ATTR_BY_NAME = {name: attr for attr, name in FIELDS}
+
+
+class PromAnswerError(ValueError):
+    """The API answered, but not with a usable result (an error status, a wrong type)."""
+
+
+class PromTooLarge(ValueError):
+    """More series than `max_series`: the poll result is `too_large`."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromQueries:
+    """The two query strings of one poll."""
+
+    samples: str
+    rounds: str
+
+
+def _alternation(names: Sequence[str]) -> str:
+    # Site names match NAME_PATTERN; only `.` is special in RE2 among its characters.
+    return "|".join(n.replace(".", "\\\\.") for n in names)
+
+
+def build_queries(sites: Sequence[str], selector: str, lookback_s: float) -> PromQueries:
+    """The queries for `sites` (configured names), with `selector` (extra label matchers,
+    e.g. `job="gridroute-signals"`) ANDed in and samples no older than `lookback_s`."""
+    site_match = f'{SITE_LABEL}=~"{_alternation(sorted(set(sites)))}"'
+    extra = f", {selector}" if selector.strip() else ""
+    names = "|".join(name for _, name in FIELDS)
+    window = f"{max(1, math.ceil(lookback_s))}s"
+    return PromQueries(
+        samples=f'{{__name__=~"{names}", {site_match}{extra}}}[{window}]',
+        rounds=f"max by ({SITE_LABEL}) (timestamp(up{{{site_match}{extra}}}))",
+    )
+
+
+def _data(answer: Any, kind: str) -> list[Any]:
+    if not isinstance(answer, dict) or answer.get("status") != "success":
+        error = answer.get("error") if isinstance(answer, dict) else None
+        raise PromAnswerError(f"query failed: {error or 'no success status'}")
+    data = answer.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != kind:
+        got = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise PromAnswerError(f"expected a {kind}, got {got}")
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise PromAnswerError("result is not a list")
+    return result
+
+
+def _number(raw: Any) -> float | None:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def decode_rounds(answer: Any, sites: Sequence[str]) -> dict[str, float | None]:
+    """Site -> when Prometheus last tried to scrape it (configured sites only)."""
+    wanted = set(sites)
+    out: dict[str, float | None] = {}
+    for row in _data(answer, "vector"):
+        site = row.get("metric", {}).get(SITE_LABEL) if isinstance(row, dict) else None
+        value = row.get("value") if isinstance(row, dict) else None
+        if site in wanted and isinstance(value, list) and len(value) == 2:
+            at = _number(value[1])
+            if at is not None:
+                out[site] = at
+    return out
+
+
+def decode_samples(
+    answer: Any,
+    sites: Sequence[str],
+    now: float,
+    *,
+    max_series: int,
+    max_providers: int = PEER_MAX_PROVIDERS,
+) -> Decoded:
+    """The newest sample of every provider of the configured `sites` in a range answer.
+
+    `now` is the reader's clock (seconds), used only to refuse rows from the future.
+    """
+    result = _data(answer, "matrix")
+    if len(result) > max_series:
+        raise PromTooLarge(f"{len(result)} series over the limit of {max_series}")
+    wanted = set(sites)
+    dropped: Counter[DropReason] = Counter()
+    # (site, provider) -> stamp_ms -> attr -> value
+    rows: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
+    for series in result:
+        metric = series.get("metric") if isinstance(series, dict) else None
+        values = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(metric, dict) or not isinstance(values, list):
+            dropped[DropReason.PARSE] += 1
+            continue
+        attr = _ATTR_BY_NAME.get(str(metric.get("__name__")))
+        site, provider = metric.get(SITE_LABEL), metric.get(PROVIDER_LABEL)
+        if (
+            attr is None
+            or not isinstance(site, str)
+            or not isinstance(provider, str)
+            or not NAME_RE.fullmatch(site)
+            or not NAME_RE.fullmatch(provider)
+        ):
+            dropped[DropReason.PARSE] += 1
+            continue
+        if site not in wanted:
+            dropped[DropReason.SITE_MISMATCH] += 1
+            continue
+        stamps = rows.setdefault((site, provider), {})
+        for point in values:
+            if not isinstance(point, list) or len(point) != 2:
+                dropped[DropReason.PARSE] += 1
+                continue
+            at, value = _number(point[0]), _number(point[1])
+            if at is None or value is None:
+                dropped[DropReason.PARSE] += 1
+                continue
+            if at > now + SKEW_AHEAD_S:
+                dropped[DropReason.SKEW] += 1
+                continue
+            stamps.setdefault(round(at * 1000), {})[attr] = value
+    received: list[Received] = []
+    per_site: Counter[str] = Counter()
+    for (site, provider), stamps in sorted(rows.items()):
+        if not stamps:
+            continue
+        per_site[site] += 1
+        if per_site[site] > max_providers:
+            dropped[DropReason.CAP] += 1
+            continue
+        stamp_ms = max(stamps)
+        fields = stamps[stamp_ms]
+        generation = fields.get("generation")
+        sample = Sample(
+            site=site,
+            provider=provider,
+            at=stamp_ms / 1000.0,
+            running=fields.get("running"),
+            waiting=fields.get("waiting"),
+            ready=fields.get("ready"),
+            held=fields.get("held"),
+            deepest_queue=fields.get("deepest_queue"),
+            kv_usage=fields.get("kv_usage"),
+            max_running=fields.get("max_running"),
+            generation=None if generation is None else int(generation),
+        )
+        received.append(Received(stamp_ms=stamp_ms, sample=sample))
+    return Decoded(
+        received=tuple(received),
+        round_ends={},
+        dropped=dict(dropped),
+        lines=sum(len(s.get("values", [])) for s in result if isinstance(s, dict)),
+    )
+
+
+def with_rounds(decoded: Decoded, rounds: Mapping[str, float | None]) -> Decoded:
+    """`decoded` carrying the sites' judgement times."""
+    return Decoded(
+        received=decoded.received,
+        round_ends={k: v for k, v in rounds.items() if v is not None},
+        dropped=decoded.dropped,
+        lines=decoded.lines,
+    )

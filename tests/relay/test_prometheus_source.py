@@ -1,0 +1,109 @@
+"""`PrometheusSource` against a stand-in query API on loopback: how each kind of failure
+ends a poll, and that a good answer becomes samples with judgement times. (The real
+Prometheus path is tests/e2e/test_prometheus_grid.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gridroute.relay.poller import PollMetrics, PollResult
+from gridroute.relay.prometheus_link import PrometheusLink
+from gridroute.relay.prometheus_source import TARGET, PrometheusSource
+from tests.gateway.backends import serve
+from tests.gateway.harness import run
+
+
+def _api(behaviour: dict[str, Any]) -> web.Application:
+    async def query(request: web.Request) -> web.Response:
+        mode = behaviour["mode"]
+        expr = request.query["query"]
+        if mode == "slow":
+            await asyncio.sleep(2.0)
+        if mode == "401":
+            return web.Response(status=401)
+        if mode == "400":
+            return web.json_response({"status": "error", "error": "bad_data"}, status=400)
+        if mode == "huge":
+            return web.Response(body=b" " * 5000, content_type="application/json")
+        now = time.time()
+        if expr.startswith("max by"):
+            result: list[Any] = [{"metric": {"grid_site": "hub"}, "value": [now, str(now)]}]
+            kind = "vector"
+        else:
+            kind = "matrix"
+            result = [
+                {
+                    "metric": {"__name__": name, "grid_site": "hub", "grid_provider": "p"},
+                    "values": [[now - 0.2, value]],
+                }
+                for name, value in (
+                    ("llm_d_epp_average_running_requests", "3"),
+                    ("llm_d_epp_average_queue_size", "0"),
+                    ("llm_d_epp_ready_endpoints", "2"),
+                )
+            ]
+        body = {"status": "success", "data": {"resultType": kind, "result": result}}
+        return web.Response(body=json.dumps(body).encode(), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    return app
+
+
+def test_each_failure_has_its_result_and_a_good_answer_is_read() -> None:
+    async def scenario() -> None:
+        behaviour = {"mode": "ok"}
+        reg = CollectorRegistry()
+        async with serve(_api(behaviour)) as url:
+            cfg = PrometheusLink(url=url, timeout_s=0.5, max_response_bytes=4096)
+            src = PrometheusSource(cfg, ["hub", "west"], PollMetrics(reg))
+            try:
+                ok = await src.poll()
+                assert ok.result is PollResult.OK, ok.error
+                assert ok.decoded is not None
+                (sample,) = ok.decoded.samples
+                assert (sample.key, sample.running, sample.ready) == ("hub/p", 3.0, 2.0)
+                assert set(ok.decoded.round_ends) == {"hub"}
+                for mode, want in (
+                    ("401", PollResult.UNAUTHORIZED),
+                    ("400", PollResult.UNREACHABLE),
+                    ("huge", PollResult.TOO_LARGE),
+                    ("slow", PollResult.UNREACHABLE),
+                ):
+                    behaviour["mode"] = mode
+                    got = await src.poll()
+                    assert got.result is want, (mode, got.error)
+                    assert got.decoded is None
+            finally:
+                await src.close()
+        counted = {
+            result.value: reg.get_sample_value(
+                "grid_signals_poll_total", {"target": TARGET, "result": result.value}
+            )
+            for result in PollResult
+        }
+        assert counted == {  # every result exposed, the ones that happened counted
+            "ok": 1.0, "unreachable": 2.0, "unauthorized": 1.0, "too_large": 1.0,
+            "no_date": 0.0, "bad_identity": 0.0,
+        }  # fmt: skip
+
+    run(scenario)
+
+
+def test_nothing_listening_is_unreachable() -> None:
+    async def scenario() -> None:
+        cfg = PrometheusLink(url="http://127.0.0.1:9", timeout_s=0.5)
+        src = PrometheusSource(cfg, ["hub"], PollMetrics(CollectorRegistry()))
+        try:
+            got = await src.poll()
+        finally:
+            await src.close()
+        assert got.result is PollResult.UNREACHABLE
+
+    run(scenario)
