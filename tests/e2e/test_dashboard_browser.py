@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gridroute.grid.launcher import LocalGrid
+from gridroute.grid.launcher import LocalGrid, http_json
 from gridroute.grid.layout import GridSpec, LocalSite
 from gridroute.load.background import BackgroundLoad
 
@@ -28,10 +28,15 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 SPEC = GridSpec(
-    sites=(LocalSite("hub", 16), LocalSite("west", 16), LocalSite("east", 8)),
+    sites=(LocalSite("hub", 8), LocalSite("west", 8), LocalSite("east", 4)),
     service_s=0.2,
     distribution="exponential",
 )
+CLIENTS = 24
+"""More clients than the 20 slots: the model is shed now and then (429s to draw)."""
+PANELS = ("share", "rho", "requests", "refusals", "latency")
+HISTORY_POINTS = 8
+"""Points a freshly opened page must draw at once: more than it could have polled itself."""
 
 
 def _install_chromium() -> str | None:
@@ -70,6 +75,10 @@ def _serves(url: str) -> bool:
 
 
 @pytest.mark.timeout(900)  # the one-time apt-get install may take minutes
+def _shed_seen(grid: LocalGrid) -> bool:
+    return bool(grid.status()["selections"]["total"].get("shed", 0) > 0)
+
+
 def test_dashboard_shows_three_sites_and_a_partitioned_one_silent(
     tmp_path: Path, chromium: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -78,7 +87,7 @@ def test_dashboard_shows_three_sites_and_a_partitioned_one_silent(
     )
     with (
         LocalGrid(SPEC, workdir=tmp_path / "grid") as grid,
-        BackgroundLoad(grid.gateway_url, SPEC.model, 24),
+        BackgroundLoad(grid.gateway_url, SPEC.model, CLIENTS),
     ):
         if not _serves(grid.dashboard_url):
             pytest.skip(
@@ -107,9 +116,39 @@ def test_dashboard_shows_three_sites_and_a_partitioned_one_silent(
                 assert "silent" in east.inner_text()
                 assert page.locator('[data-site="hub"]').get_attribute("data-live") == "live"
 
-                page.wait_for_timeout(1500)  # a few more points on the charts
+                grid.wait_for(lambda: _shed_seen(grid), 20.0, "a request shed (429)")
+
+                # Opened mid-incident: the charts start with the gateway's own history.
+                late = browser.new_page(viewport={"width": 1366, "height": 1400})
+                late.on("pageerror", lambda exc: errors.append(str(exc)))
+                late.goto(grid.dashboard_url)
+                late.locator('[data-site="east"][data-live="silent"]').wait_for(timeout=10_000)
+                drawn = {
+                    panel: int(
+                        late.locator(f'canvas[data-panel="{panel}"]').get_attribute("data-points")
+                        or 0
+                    )
+                    for panel in PANELS
+                }
+                assert all(n > 0 for n in drawn.values()), drawn
+                assert drawn["requests"] >= HISTORY_POINTS, drawn
+                # The silent site's stale rho is marked and not drawn as a reading.
+                assert "(stale)" in late.locator('[data-site="east"]').inner_text()
+                history = http_json(grid.gateway_url + "/grid/history")["points"]
+                assert history[-1]["sites"]["east"] == {**history[-1]["sites"]["east"],
+                                                        "live": "silent", "rho": None}  # fmt: skip
+                assert any(p["refusals_per_s"].get("429") for p in history)
+                # Every state word on the page is explained in the legend.
+                words = set(late.locator("[data-word]").evaluate_all(
+                    "ns => ns.map(n => n.dataset.word)"))  # fmt: skip
+                terms = set(late.locator("[data-term]").evaluate_all(
+                    "ns => ns.map(n => n.dataset.term)"))  # fmt: skip
+                assert {"silent", "live", "shed"} <= words | terms
+                assert words - terms == set(), "state words without a legend entry"
+                for term in ("demoted", "overlay", "returning", "pressure_p2c", "borrow"):
+                    assert term in terms, term
                 shot = tmp_path / "dashboard.png"
-                page.screenshot(path=str(shot), full_page=True)
+                late.screenshot(path=str(shot), full_page=True)
                 assert errors == [], errors
             finally:
                 browser.close()

@@ -5,6 +5,7 @@ GET  /v1/models   the configured models some ready candidate serves (OpenAI list
 GET  /healthz     liveness: the process answers
 GET  /readyz      200 once the first operator poll and first probe round completed
 GET  /grid/status the grid as this gateway sees it (JSON)
+GET  /grid/history the last minutes of it at one-second resolution (JSON)
 GET  /metrics     on the separate `metrics.listen` app only
 """
 
@@ -58,6 +59,22 @@ async def grid_status(request: web.Request) -> web.Response:
     return web.Response(body=body.encode(), content_type="application/json")
 
 
+async def grid_history(request: web.Request) -> web.Response:
+    """The last minutes at one-second resolution (`gateway.timeline`); `?since=T` (epoch
+    seconds) answers only the points after T, so the page fetches the whole buffer once."""
+    gw: Gateway = request.app[GATEWAY]
+    raw = request.query.get("since")
+    try:
+        since = None if raw is None else float(raw)
+    except ValueError:
+        return web.json_response(
+            {"error": {"message": f"since: not a number: {str(raw)[:40]!r}",
+                       "type": "invalid_request_error", "code": "invalid_since"}},
+            status=400,
+        )  # fmt: skip
+    return web.json_response(gw.timeline.body(since))
+
+
 DASHBOARD = Path(__file__).parent / "static" / "dashboard.html"
 """The dashboard: one hand-written page (no CDN, works air-gapped) polling /grid/status."""
 
@@ -76,6 +93,7 @@ def create_app(gw: Gateway) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/grid/status", grid_status)
+    app.router.add_get("/grid/history", grid_history)
     app.router.add_get("/dashboard", dashboard)
 
     async def on_startup(_app: web.Application) -> None:

@@ -11,6 +11,7 @@ labelled children in dicts, so a request does a dict lookup and an `inc`, never 
 from __future__ import annotations
 
 import math
+from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -219,6 +220,8 @@ class GatewayMetrics:
         self._dec: dict[tuple[str, str], Counter] = {}
         self._ret: dict[tuple[str, str], Counter] = {}
         self._dur: dict[tuple[str, int], Histogram] = {}
+        self.answered: Tally[int] = Tally()
+        """Answers so far by exact status (499: the client left), for /grid/history."""
 
     def watch(
         self, current: Callable[[], CurrentGrid], shedding: Callable[[str], bool] | None = None
@@ -293,7 +296,19 @@ class GatewayMetrics:
         """Observe one routed request's added latency (arrival to hand-off)."""
         self._added.observe(seconds)
 
+    def duration_buckets(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Upper bounds (last +Inf) and cumulative counts of the request duration
+        histogram summed over sites and statuses (for /grid/history's quantiles)."""
+        bounds = (*map(float, DURATION_BUCKETS), math.inf)
+        counts = dict.fromkeys(bounds, 0.0)
+        for metric in self._duration.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_bucket"):
+                    counts[float(sample.labels["le"])] += sample.value
+        return bounds, tuple(counts[b] for b in bounds)
+
     def duration(self, site: str, status: int, seconds: float) -> None:
+        self.answered[status] += 1
         key = (site, status // 100)
         h = self._dur.get(key)
         if h is None:

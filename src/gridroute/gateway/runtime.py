@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from gridroute.gateway.routing import build_routing
 from gridroute.gateway.shedding_state import SheddingState
 from gridroute.gateway.signals_loop import SignalsLoop, SignalsSource
 from gridroute.gateway.status import DecisionHistory
+from gridroute.gateway.timeline import Timeline
 from gridroute.gateway.tracing import RequestTracer, make_tracer
 from gridroute.relay.nats_link import Transport
 from gridroute.relay.nats_source import NatsSignalsSource
@@ -106,6 +108,7 @@ class Gateway:
         self.signals: SignalsLoop | None = None
         self.prober = HealthProber(cfg.health, self.backends, lambda: self.current)
         self.history = DecisionHistory()
+        self.timeline = Timeline()
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -125,6 +128,7 @@ class Gateway:
     async def _record_history(self) -> None:
         while True:
             self.history.record(self, self.current.monotonic())
+            self.timeline.record(self, time.time())
             await asyncio.sleep(1.0)
 
     def _start_signals(self) -> None:
