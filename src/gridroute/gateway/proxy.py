@@ -182,7 +182,15 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 gw.metrics.retry(*step.after)
             site = step.view.site
             attempts += 1
-            got_ = await _attempt(gw, request, step, flow, path_qs, body, fwd, sent)
+            child = tracer.attempt(span, step.decision, attempts) if tracer is not None else None
+            got_: web.StreamResponse | Step | None = None
+            try:
+                got_ = await _attempt(gw, request, step, flow, path_qs, body, fwd, sent)
+            finally:
+                if child is not None and tracer is not None:
+                    answered = got_.status if isinstance(got_, web.StreamResponse) else None
+                    after = got_.after if isinstance(got_, Attempt) else None
+                    tracer.attempt_end(child, answered, None if after is None else after[1])
             if isinstance(got_, web.StreamResponse):
                 status = got_.status
                 if session and status < 500:

@@ -161,6 +161,8 @@ class Gateway:
         if self.signals is not None:
             await self.signals.source.close()
         await self.backends.close()
+        if self.tracer is not None:  # export the spans still buffered, off the loop
+            await asyncio.to_thread(self.tracer.shutdown)
 
     async def reload(self, cfg: GatewayConfig) -> None:
         """Adopt a new config. `listen`, `workers` and `metrics.listen` need a restart."""
@@ -179,7 +181,9 @@ class Gateway:
             self.affinity_header = cfg.affinity.header
         self.prober.cfg = cfg.health
         if cfg.tracing != old.tracing:
-            self.tracer = make_tracer(cfg.tracing)
+            previous, self.tracer = self.tracer, make_tracer(cfg.tracing)
+            if previous is not None:
+                await asyncio.to_thread(previous.shutdown)
         # The Prometheus queries name the configured sites: a new site list restarts them.
         sites_read = cfg.signals.transport is Transport.PROMETHEUS and [
             s.name for s in cfg.sites

@@ -1,5 +1,13 @@
-"""Optional OpenTelemetry: one span per routed request with the decision's attributes.
+"""Optional OpenTelemetry: a span tree per request with the decision's attributes.
 
+    gridroute.route    (SERVER)  grid.policy, grid.path, grid.outcome, grid.site,
+    |                            grid.backend, grid.attempts, grid.refused, status
+    +- gridroute.attempt (CLIENT)  one per site tried: grid.attempt, grid.site,
+                                   grid.backend, grid.path, and how it ended
+                                   (grid.attempt.outcome answered | retried | failed,
+                                   grid.retry.reason, http.response.status_code)
+
+A request refused by the gateway itself (429 shed, 503 no site) has the root span only.
 Off unless `tracing.otlp_endpoint` is set (or a tracer is injected, as tests do with
 the SDK's in-memory exporter). The `opentelemetry` packages come with the `tracing`
 extra and are imported only when tracing is on, so the request path costs one
@@ -15,13 +23,50 @@ from gridroute.gateway.config import TracingConfig
 
 
 class RequestTracer:
-    """Starts and ends the per-request span on an OpenTelemetry `Tracer`."""
+    """Starts and ends the per-request spans on an OpenTelemetry `Tracer`; `provider`
+    (when this module made it) is flushed and shut down with the gateway."""
 
-    def __init__(self, tracer: Any) -> None:
-        from opentelemetry.trace import SpanKind
+    def __init__(self, tracer: Any, provider: Any = None) -> None:
+        from opentelemetry.trace import SpanKind, set_span_in_context
 
         self._tracer = tracer
         self._kind = SpanKind.SERVER
+        self._client = SpanKind.CLIENT
+        self._in_context = set_span_in_context
+        self.provider = provider
+
+    def attempt(self, parent: Any, d: Decision, n: int) -> Any:
+        """A child span for attempt `n` (1-based) on the decision's site."""
+        view = d.view
+        return self._tracer.start_span(
+            "gridroute.attempt",
+            context=self._in_context(parent),
+            kind=self._client,
+            attributes={
+                "grid.attempt": n,
+                "grid.path": d.path.value,
+                "grid.site": "" if view is None else view.site,
+                "grid.backend": "" if view is None else view.provider,
+            },
+        )
+
+    def attempt_end(self, span: Any, status: int | None, retry_reason: str | None) -> None:
+        """Close an attempt: answered with `status`, retried for `retry_reason`, or
+        failed (neither: the client left or the gateway answered 502/504 itself)."""
+        if retry_reason is not None:
+            span.set_attribute("grid.attempt.outcome", "retried")
+            span.set_attribute("grid.retry.reason", retry_reason)
+        elif status is not None:
+            span.set_attribute("grid.attempt.outcome", "answered")
+            span.set_attribute("http.response.status_code", status)
+        else:
+            span.set_attribute("grid.attempt.outcome", "failed")
+        span.end()
+
+    def shutdown(self) -> None:
+        """Export what is buffered and stop (the gateway is stopping)."""
+        if self.provider is not None:
+            self.provider.shutdown()
 
     def start(self, path: str, model: str, policy: Policy) -> Any:
         return self._tracer.start_span(
@@ -41,6 +86,8 @@ class RequestTracer:
             span.set_attribute("grid.path", d.path.value)
             if d.view is not None:
                 span.set_attribute("grid.backend", d.view.provider)
+            if d.refused:
+                span.set_attribute("grid.refused", [f"{s}:{r}" for s, r in d.refused])
         span.set_attribute("grid.site", site)
         span.set_attribute("grid.attempts", attempts)
         span.set_attribute("http.response.status_code", status)
@@ -67,4 +114,4 @@ def make_tracer(cfg: TracingConfig) -> RequestTracer | None:
         ) from exc
     provider = TracerProvider(resource=Resource.create({"service.name": cfg.service_name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=cfg.otlp_endpoint)))
-    return RequestTracer(provider.get_tracer("gridroute.gateway"))
+    return RequestTracer(provider.get_tracer("gridroute.gateway"), provider)
