@@ -9,9 +9,13 @@ import json
 import time
 from typing import Any
 
+import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gridroute.config import ConfigError
+from gridroute.gateway.config import parse_config
+from gridroute.operator.config import parse_config as parse_operator_config
 from gridroute.relay.poller import PollMetrics, PollResult
 from gridroute.relay.prometheus_link import PrometheusLink
 from gridroute.relay.prometheus_source import TARGET, PrometheusSource
@@ -107,3 +111,26 @@ def test_nothing_listening_is_unreachable() -> None:
         assert got.result is PollResult.UNREACHABLE
 
     run(scenario)
+
+
+GATEWAY_YAML = """
+sites: [{name: hub, backend_url: "http://127.0.0.1:1"}]
+models: [{name: m}]
+signals: {transport: prometheus%s}
+"""
+
+
+def test_the_gateway_needs_the_link_and_an_operator_may_not_use_it() -> None:
+    with pytest.raises(ConfigError, match="prometheus: required with transport: prometheus"):
+        parse_config(GATEWAY_YAML % "")
+    cfg = parse_config(GATEWAY_YAML % ', prometheus: {url: "http://127.0.0.1:9090/"}')
+    assert cfg.signals.prometheus is not None
+    assert cfg.signals.prometheus.url == "http://127.0.0.1:9090"
+    operator = {
+        "site": "hub",
+        "listen": "127.0.0.1:9443",
+        "providers": [],
+        "signals": {"transport": "prometheus", "prometheus": {"url": "http://p:9090"}},
+    }
+    with pytest.raises(ConfigError, match="is for gateways"):
+        parse_operator_config(operator)
