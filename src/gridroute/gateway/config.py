@@ -25,6 +25,7 @@ from gridroute.config import (
 )
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.inbound.settings import ListenerSettings
 from gridroute.relay.nats_link import SignalsTransport
 
 MIB = 1024 * 1024
@@ -236,8 +237,16 @@ class GatewayConfig(_Frozen):
     """Backend health probes. Default: on, every 3 s, up after 2, down after 3."""
     affinity: AffinityConfig = AffinityConfig()
     """Session affinity by a request header. Default: on, header `x-session-id`."""
+    listener: ListenerSettings = ListenerSettings()
+    """Header, body and idle timeouts and the connection limit of the API listener
+    (`gridroute.inbound.settings`). Default: nginx's timeouts, 4096 connections."""
+    shutdown_drain_s: float = Field(5.0, ge=0)
+    """On SIGTERM, how long the listener stays open answering `/readyz` 503 and every
+    new request 503 `shutting_down` with `Retry-After` and `Connection: close`, so load
+    balancers and kept-alive clients move away without a reset. Default: 5."""
     shutdown_grace_s: float = Field(30.0, ge=0)
-    """On SIGTERM, how long in-flight requests may finish before they are cut. Default: 30."""
+    """After the drain period, how long in-flight requests and streams may still run
+    before they are cut. Default: 30."""
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:

@@ -27,6 +27,8 @@ from gridroute.core import Decision, Outcome, Policy, SiteView, Snapshot, decide
 from gridroute.gateway import upstream
 from gridroute.gateway.admission_queue import admit
 from gridroute.gateway.runtime import GATEWAY, Gateway
+from gridroute.inbound.client_errors import Kind
+from gridroute.inbound.guard import read_body
 from gridroute.wire import openai_errors as errs
 
 _HOP_BY_HOP = frozenset(
@@ -92,30 +94,23 @@ def refuse(d: Decision) -> web.Response:
     return error_response(503, errs.NO_HEALTHY_SITE, d.retry_after_s)
 
 
-async def read_model(request: web.Request, limit: int) -> tuple[bytes, str] | web.Response:
-    """The whole body (bounded) and its `model`, or the 400/413 answer."""
-    length = request.content_length
-    if length is not None and length > limit:
-        return error_response(413, errs.TOO_LARGE)
-    if length is not None:
-        content = request.content
-        if content.is_eof() and content.exception() is None:
-            body = content.read_nowait()  # all here already: no read loop, no copy
-        else:
-            body = await request.read()
-    else:  # chunked: count as it arrives, stop at the limit
-        buf = bytearray()
-        async for chunk in request.content.iter_any():
-            buf += chunk
-            if len(buf) > limit:
-                return error_response(413, errs.TOO_LARGE)
-        body = bytes(buf)
+async def read_model(request: web.Request, gw: Gateway) -> tuple[bytes, str] | web.Response:
+    """The whole body (bounded in size and in time) and its `model`, or the 4xx answer."""
+    errors = gw.client_errors
+    body = await read_body(request, gw.max_body, gw.cfg.listener.body_timeout_s, errors)
+    if isinstance(body, web.Response):
+        return body
     try:
         doc = json.loads(body)
-    except ValueError:
+    except ValueError:  # UnicodeDecodeError (invalid UTF-8) included
+        errors.note(Kind.INVALID_JSON, "", request.remote)
         return error_response(400, errs.INVALID_JSON)
+    except RecursionError:  # nested deeper than the C scanner recurses
+        errors.note(Kind.INVALID_JSON, "nested too deeply", request.remote)
+        return error_response(400, errs.JSON_TOO_DEEP)
     model = doc.get("model") if isinstance(doc, dict) else None
     if not isinstance(model, str) or not model:
+        errors.note(Kind.MISSING_MODEL, "", request.remote)
         return error_response(400, errs.MISSING_MODEL)
     return body, model
 
@@ -133,8 +128,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
     clock = gw.current.monotonic  # durations and affinity idle times: never the wall clock
     t0 = clock()
     if gw.draining:
-        return error_response(503, errs.SHUTTING_DOWN, 1)
-    got = await read_model(request, gw.max_body)
+        going = error_response(503, errs.SHUTTING_DOWN, 1)
+        going.force_close()  # a kept-alive client learns it must reconnect elsewhere
+        return going
+    got = await read_model(request, gw)
     if isinstance(got, web.Response):
         return got
     body, model = got

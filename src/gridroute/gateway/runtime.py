@@ -30,6 +30,8 @@ from gridroute.gateway.shedding_state import SheddingState
 from gridroute.gateway.signals_loop import SignalsLoop, SignalsSource
 from gridroute.gateway.status import DecisionHistory
 from gridroute.gateway.tracing import RequestTracer, make_tracer
+from gridroute.inbound.client_errors import ClientErrors
+from gridroute.inbound.guard import Guard
 from gridroute.relay.nats_link import Transport
 from gridroute.relay.nats_source import NatsSignalsSource
 from gridroute.relay.poller import LOCAL_LIMITS, PollLimits, PollMetrics, SignalsClient
@@ -95,6 +97,11 @@ class Gateway:
         self.metrics.watch(lambda: self.current, self.refusals.shedding)
         self.metrics.watch_pools(self.backends)
         self.poll_metrics = PollMetrics(self.metrics.registry)
+        self.client_errors = ClientErrors(
+            self.metrics.registry, "grid_route", interval_s=cfg.listener.error_log_interval_s
+        )
+        self.guard = Guard(cfg.listener, self.client_errors)
+        """The API listener's bounds (`GuardedRunner(create_app(gw), guard=gw.guard)`)."""
         self.tracer = tracer if tracer is not None else make_tracer(cfg.tracing)
         self.max_body = cfg.limits.max_body_bytes
         self.draining = False
@@ -155,7 +162,7 @@ class Gateway:
     async def reload(self, cfg: GatewayConfig) -> None:
         """Adopt a new config. `listen`, `workers` and `metrics.listen` need a restart."""
         old = self.cfg
-        for name in ("listen", "workers", "metrics"):
+        for name in ("listen", "workers", "metrics", "listener"):
             if getattr(cfg, name) != getattr(old, name):
                 log.warning("reload: %s changed; it takes effect at the next restart", name)
         routing = build_routing(cfg)
