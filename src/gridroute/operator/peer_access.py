@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, Counter
 
 from gridroute.inbound.client_errors import ClientErrors, Kind
@@ -54,7 +55,8 @@ def peer_uris(request: web.Request) -> list[str]:
     if not isinstance(obj, ssl.SSLObject | ssl.SSLSocket):
         return []
     cert = obj.getpeercert() or {}
-    return [str(v) for k, v in cert.get("subjectAltName", ()) if k == "URI"]
+    sans: tuple[tuple[str, str], ...] = cert.get("subjectAltName", ())  # type: ignore[assignment]
+    return [str(v) for k, v in sans if k == "URI"]
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -65,7 +67,7 @@ def access_middleware(
     allowed: Iterable[str] | None,
     registry: CollectorRegistry | None,
     errors: ClientErrors,
-) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+) -> Middleware:
     """An aiohttp middleware refusing identities outside the domain or allow-list."""
     allow = None if allowed is None else frozenset(allowed)
     refused = Counter(
