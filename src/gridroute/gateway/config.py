@@ -92,6 +92,10 @@ class SiteConfig(_Frozen):
     connect_timeout_s: float | None = Field(None, gt=0)
     """Connect timeout for this backend. Default: `timeouts.local_connect_timeout_s` for
     the local site, `timeouts.connect_timeout_s` for the others."""
+    max_capacity: float | None = Field(None, gt=0)
+    """Most capacity (`maxRunning x ready`) this candidate's samples may claim; a larger
+    claim is clamped to it and counted (`grid_route_capacity_clamped_total`). Default:
+    none (the claim stands unless `limits.claimed_capacity_factor` bounds it)."""
     health_path: str = "/v1/models"
     """Path probed with GET to judge the backend's health. Default: `/v1/models`
     (answered by vLLM, SGLang and most OpenAI-compatible servers)."""
@@ -146,6 +150,12 @@ class LimitsConfig(_Frozen):
     """Largest request body read; a larger one is answered 413. Default: 10 MiB."""
     max_connections_per_site: int = Field(1024, ge=0)
     """Most open connections to one backend (0: unbounded). Default: 1024."""
+    claimed_capacity_factor: float | None = Field(None, ge=1)
+    """Clamp every sample's claimed capacity to this factor times the candidate's learned
+    soft ceiling (at least `availability.ceiling_floor`), counted as with
+    `sites[].max_capacity`. It bounds how fast a claim can grow, not where it ends, and
+    holds back an honest site that never yet carried load, hence off by default.
+    Default: none."""
 
 
 class MetricsListener(_Frozen):

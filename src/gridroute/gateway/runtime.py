@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from gridroute.config import ConfigError
 from gridroute.core import AffinityTable
 from gridroute.gateway.backends import Backends, ssl_context
+from gridroute.gateway.claims import ClaimBounds, ClaimClamp
 from gridroute.gateway.config import GatewayConfig, OperatorLink, load_config
 from gridroute.gateway.current import CurrentGrid
 from gridroute.gateway.health import HealthProber
@@ -70,6 +71,15 @@ def operator_source(op: OperatorLink, metrics: PollMetrics) -> SignalsSource:
     )
 
 
+def claim_bounds(cfg: GatewayConfig) -> ClaimBounds:
+    """The capacity bounds of `cfg` (per candidate key, and the global factor)."""
+    return ClaimBounds(
+        {s.key: s.max_capacity for s in cfg.sites if s.max_capacity is not None},
+        cfg.limits.claimed_capacity_factor,
+        cfg.availability.ceiling_floor,
+    )
+
+
 class Gateway:
     """Everything one gateway worker runs; `start` and `stop` bracket its life."""
 
@@ -110,9 +120,15 @@ class Gateway:
         self.last_reload_error: str | None = None
         self._source_factory = source_factory
         self.signals: SignalsLoop | None = None
+        self.claims = ClaimClamp(claim_bounds(cfg), self._learned_soft, self.metrics.registry)
+        """Bounds on the capacity samples may claim (`gateway.claims`)."""
         self.prober = HealthProber(cfg.health, self.backends, lambda: self.current)
         self.history = DecisionHistory()
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _learned_soft(self, key: str) -> float | None:
+        view = self.current.snapshot.view(key)
+        return None if view is None else view.soft
 
     @property
     def ready(self) -> bool:
@@ -145,7 +161,9 @@ class Gateway:
             interval_s = op.poll_interval_s
         else:
             return
-        self.signals = SignalsLoop(source, lambda: self.current, self.cfg.local_site, interval_s)
+        self.signals = SignalsLoop(
+            source, lambda: self.current, self.cfg.local_site, interval_s, self.claims
+        )
         self._tasks.append(asyncio.create_task(self.signals.run(), name="signals"))
 
     async def stop(self) -> None:
@@ -175,6 +193,7 @@ class Gateway:
             self.current.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
             self.affinity_header = cfg.affinity.header
         self.prober.cfg = cfg.health
+        self.claims.bounds = claim_bounds(cfg)
         if cfg.tracing != old.tracing:
             self.tracer = make_tracer(cfg.tracing)
         if (cfg.operator, cfg.signals, cfg.local_site) != (
