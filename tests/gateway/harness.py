@@ -38,7 +38,8 @@ class Grid:
 
     def client(self, **kw: Any) -> openai.AsyncOpenAI:
         """An official client pointed at the gateway (closed with the grid)."""
-        c = openai.AsyncOpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, **kw)
+        kw.setdefault("api_key", "unused")
+        c = openai.AsyncOpenAI(base_url=self.url + "/v1", max_retries=0, **kw)
         self.clients.append(c)
         return c
 

@@ -47,12 +47,24 @@ def _served(gw: Gateway) -> list[dict[str, object]]:
     return data
 
 
+def _locked(request: web.Request) -> web.Response | None:
+    """The 401 answer when API keys are on and the request has none of them."""
+    gw: Gateway = request.app[GATEWAY]
+    if gw.api_keys is None or gw.api_keys.allows(request):
+        return None
+    return proxy.unauthorized(gw, request)
+
+
 async def list_models(request: web.Request) -> web.Response:
+    if (refused := _locked(request)) is not None:
+        return refused
     return web.json_response({"object": "list", "data": _served(request.app[GATEWAY])})
 
 
 async def retrieve_model(request: web.Request) -> web.Response:
     """`GET /v1/models/{model}`: the model object, as the list shows it, or 404."""
+    if (refused := _locked(request)) is not None:
+        return refused
     gw: Gateway = request.app[GATEWAY]
     model = request.match_info["model"]
     for obj in _served(gw):
@@ -74,16 +86,23 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def grid_status(request: web.Request) -> web.Response:
+    if request.app.get(_OPEN) is None and (refused := _locked(request)) is not None:
+        return refused
     gw: Gateway = request.app[GATEWAY]
     body = json.dumps(status(gw, gw.history), indent=1)
     return web.Response(body=body.encode(), content_type="application/json")
 
 
+_OPEN = web.AppKey("open", bool)
+"""Set on the operator listener: its status pages need no API key."""
+
 DASHBOARD = Path(__file__).parent / "static" / "dashboard.html"
 """The dashboard: one hand-written page (no CDN, works air-gapped) polling /grid/status."""
 
 
-async def dashboard(_: web.Request) -> web.StreamResponse:
+async def dashboard(request: web.Request) -> web.StreamResponse:
+    if request.app.get(_OPEN) is None and (refused := _locked(request)) is not None:
+        return refused
     return web.FileResponse(DASHBOARD, headers={"Content-Type": "text/html; charset=utf-8"})
 
 
@@ -144,12 +163,17 @@ def create_app(gw: Gateway) -> web.Application:
 
 
 def create_metrics_app(gw: Gateway) -> web.Application:
-    """The opt-in `/metrics` listener (kept off the API port, as the seed's chart does)."""
+    """The opt-in operator listener: `/metrics`, `/grid/status` and `/dashboard`, kept
+    off the API port (as the seed's chart does) and never behind the API keys."""
 
     async def metrics(_request: web.Request) -> web.Response:
         body = generate_latest(gw.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
+    app[GATEWAY] = gw
+    app[_OPEN] = True
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/grid/status", grid_status)
+    app.router.add_get("/dashboard", dashboard)
     return app

@@ -158,12 +158,25 @@ class LimitsConfig(_Frozen):
     Default: none."""
 
 
+class AuthConfig(_Frozen):
+    """Who may call the API."""
+
+    api_keys_file: str | None = None
+    """File of accepted API keys, one per line (`#` comments and blank lines skipped,
+    each key one word of 16 characters or more), re-read on SIGHUP. When set, every
+    `/v1/*`, `/grid/status` and `/dashboard` request on the API listener needs
+    `Authorization: Bearer <key>`, else 401 `invalid_api_key`; `/healthz` and
+    `/readyz` stay open. Keys are never logged. Default: none (no keys needed)."""
+
+
 class MetricsListener(_Frozen):
     """The opt-in Prometheus listener."""
 
     listen: ListenAddress | None = None
-    """`host:port` serving `/metrics` (port 0: any free port); with `workers` N, worker
-    i listens on port + i. Default: none (no listener)."""
+    """`host:port` serving `/metrics`, `/grid/status` and `/dashboard` (an operator's
+    listener, bindable to another address than the API's, and never behind
+    `auth.api_keys_file`; port 0: any free port); with `workers` N, worker i listens on
+    port + i. Default: none (no listener)."""
 
 
 class TracingConfig(_Frozen):
@@ -247,6 +260,8 @@ class GatewayConfig(_Frozen):
     """Backend health probes. Default: on, every 3 s, up after 2, down after 3."""
     affinity: AffinityConfig = AffinityConfig()
     """Session affinity by a request header. Default: on, header `x-session-id`."""
+    auth: AuthConfig = AuthConfig()
+    """API keys. Default: none needed."""
     listener: ListenerSettings = ListenerSettings()
     """Header, body and idle timeouts and the connection limit of the API listener
     (`gridroute.inbound.settings`). Default: nginx's timeouts, 4096 connections."""
@@ -345,6 +360,7 @@ def named_files(cfg: GatewayConfig) -> dict[str, str | None]:
             k: None if v is None else str(v)
             for k, v in cfg.signals.nats.files("signals.nats").items()
         }
+    files["auth.api_keys_file"] = cfg.auth.api_keys_file
     return files
 
 

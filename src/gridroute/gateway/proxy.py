@@ -115,6 +115,14 @@ async def read_model(request: web.Request, gw: Gateway) -> tuple[bytes, str] | w
     return body, model
 
 
+def unauthorized(gw: Gateway, request: web.Request) -> web.Response:
+    """401 `invalid_api_key` (the key itself is never logged or echoed)."""
+    gw.client_errors.note(Kind.UNAUTHORIZED, request.path[:100], request.remote)
+    resp = error_response(401, errs.UNAUTHORIZED)
+    resp.headers["WWW-Authenticate"] = "Bearer"
+    return resp
+
+
 class _Retry(Exception):
     """Internal: this attempt failed before any byte reached the client; try `decision`."""
 
@@ -127,6 +135,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
     clock = gw.current.monotonic  # durations and affinity idle times: never the wall clock
     t0 = clock()
+    if gw.api_keys is not None and not gw.api_keys.allows(request):
+        return unauthorized(gw, request)
     if gw.draining:
         going = error_response(503, errs.SHUTTING_DOWN, 1)
         going.force_close()  # a kept-alive client learns it must reconnect elsewhere

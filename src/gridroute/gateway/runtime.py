@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from gridroute.config import ConfigError
 from gridroute.core import AffinityTable
+from gridroute.gateway.api_keys import ApiKeys
 from gridroute.gateway.backends import Backends, ssl_context
 from gridroute.gateway.claims import ClaimBounds, ClaimClamp
 from gridroute.gateway.config import GatewayConfig, OperatorLink, load_config
@@ -71,6 +72,11 @@ def operator_source(op: OperatorLink, metrics: PollMetrics) -> SignalsSource:
     )
 
 
+def _keys(cfg: GatewayConfig) -> ApiKeys | None:
+    path = cfg.auth.api_keys_file
+    return None if path is None else ApiKeys.load(path)
+
+
 def claim_bounds(cfg: GatewayConfig) -> ClaimBounds:
     """The capacity bounds of `cfg` (per candidate key, and the global factor)."""
     return ClaimBounds(
@@ -114,6 +120,8 @@ class Gateway:
         """The API listener's bounds (`GuardedRunner(create_app(gw), guard=gw.guard)`)."""
         self.tracer = tracer if tracer is not None else make_tracer(cfg.tracing)
         self.max_body = cfg.limits.max_body_bytes
+        self.api_keys = _keys(cfg)
+        """Accepted API keys (`auth.api_keys_file`), or None when none are needed."""
         self.draining = False
         self.started_at = 0.0
         self.reloads: dict[str, int] = {"ok": 0, "error": 0}
@@ -184,7 +192,9 @@ class Gateway:
             if getattr(cfg, name) != getattr(old, name):
                 log.warning("reload: %s changed; it takes effect at the next restart", name)
         routing = build_routing(cfg)
+        keys = _keys(cfg)  # may raise: nothing adopted yet
         await self.backends.sync(routing.backends)  # may raise: nothing adopted yet
+        self.api_keys = keys
         self.cfg = cfg
         self.routing = routing
         self.current.reconfigure(self.routing, cfg.availability)
