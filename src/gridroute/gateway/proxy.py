@@ -19,13 +19,12 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 
 from __future__ import annotations
 
-import json
-
 from aiohttp import web
 
 from gridroute.core import Decision, Outcome, Policy, SiteView, Snapshot, decide
 from gridroute.gateway import upstream
 from gridroute.gateway.admission_queue import admit
+from gridroute.gateway.request_body import parse_model
 from gridroute.gateway.runtime import GATEWAY, Gateway
 from gridroute.inbound.client_errors import Kind
 from gridroute.inbound.guard import read_body
@@ -100,19 +99,12 @@ async def read_model(request: web.Request, gw: Gateway) -> tuple[bytes, str] | w
     body = await read_body(request, gw.max_body, gw.cfg.listener.body_timeout_s, errors)
     if isinstance(body, web.Response):
         return body
-    try:
-        doc = json.loads(body)
-    except ValueError:  # UnicodeDecodeError (invalid UTF-8) included
-        errors.note(Kind.INVALID_JSON, "", request.remote)
-        return error_response(400, errs.INVALID_JSON)
-    except RecursionError:  # nested deeper than the C scanner recurses
-        errors.note(Kind.INVALID_JSON, "nested too deeply", request.remote)
-        return error_response(400, errs.JSON_TOO_DEEP)
-    model = doc.get("model") if isinstance(doc, dict) else None
-    if not isinstance(model, str) or not model:
-        errors.note(Kind.MISSING_MODEL, "", request.remote)
-        return error_response(400, errs.MISSING_MODEL)
-    return body, model
+    got = parse_model(body)
+    if isinstance(got, tuple):
+        kind, error = got
+        errors.note(kind, "", request.remote)
+        return error_response(400, error)
+    return body, got
 
 
 def unauthorized(gw: Gateway, request: web.Request) -> web.Response:
