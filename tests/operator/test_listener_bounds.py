@@ -9,7 +9,7 @@ from tests.inbound.rawhttp import closed, read_answer
 
 from gridroute.inbound.client_errors import Kind
 from gridroute.operator.certs import init_certs
-from gridroute.operator.config import TLSFiles, parse_config
+from gridroute.operator.config import TLSFiles, client_files, parse_config
 from gridroute.operator.service import Operator
 from gridroute.relay.poller import client_ssl_context
 
@@ -30,11 +30,12 @@ def test_a_slow_tls_client_gets_408_and_close(tmp_path: Path) -> None:
         }
     )
     op = Operator(cfg)
-    ctx = client_ssl_context(
-        str(tmp_path / "ca.crt"),
-        str(tmp_path / "west" / "client.crt"),
-        str(tmp_path / "west" / "client.key"),
+    west = TLSFiles(
+        cert=tmp_path / "west" / "client.crt",
+        key=tmp_path / "west" / "client.key",
+        ca=tmp_path / "ca.crt",
     )
+    ctx = client_ssl_context(client_files(west))
 
     async def scenario() -> None:
         await op.start()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gridroute.operator.certs import _write, init_certs, make_site_cert
-from gridroute.operator.config import TLSFiles, parse_config
+from gridroute.operator.config import TLSFiles, client_files, parse_config
 from gridroute.operator.peer_access import PeerVerdict, judge
 from gridroute.operator.service import Operator
 from gridroute.relay.poller import client_ssl_context
@@ -60,9 +60,8 @@ def _get(port: int, ctx: ssl.SSLContext, path: str = "/signals") -> tuple[int, o
 
 
 def _client(root: Path, who: str) -> ssl.SSLContext:
-    return client_ssl_context(
-        str(root / "ca.crt"), str(root / who / "client.crt"), str(root / who / "client.key")
-    )
+    t = TLSFiles(cert=root / who / "client.crt", key=root / who / "client.key", ca=root / "ca.crt")
+    return client_ssl_context(client_files(t))
 
 
 def _run(root: Path, allowed: list[str] | None, checks: list[tuple[str, int]]) -> Operator:
