@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-faults lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,6 +17,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Every fault scenario (real processes; network namespaces when root, else a loopback
+# fault proxy), then the table of counts into docs/reliability.md.
+test-faults: $(STAMP)
+	GRIDROUTE_FAULTS=all GRIDROUTE_FAULTS_REPORT=.faults-last-run.json \
+		$(BIN)/python -m pytest tests/faults -q -s
+	$(BIN)/python -m tests.faults.report .faults-last-run.json docs/reliability.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -23,6 +23,7 @@ from gridroute.fakeserver.settings import FakeServerConfig
 from gridroute.gateway.app import create_app
 from gridroute.gateway.config import GatewayConfig
 from gridroute.gateway.runtime import Gateway
+from gridroute.inbound.guard import GuardedRunner
 
 MODEL = "m"
 
@@ -37,7 +38,8 @@ class Grid:
 
     def client(self, **kw: Any) -> openai.AsyncOpenAI:
         """An official client pointed at the gateway (closed with the grid)."""
-        c = openai.AsyncOpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, **kw)
+        kw.setdefault("api_key", "unused")
+        c = openai.AsyncOpenAI(base_url=self.url + "/v1", max_retries=0, **kw)
         self.clients.append(c)
         return c
 
@@ -87,7 +89,9 @@ async def running_grid(
             servers[name] = await start_fake_server(spec)
             urls[name] = servers[name].url
     gw = Gateway(config(urls, site_extra, **overrides))
-    runner = web.AppRunner(create_app(gw), handler_cancellation=True, access_log=None)
+    runner = GuardedRunner(
+        create_app(gw), guard=gw.guard, handler_cancellation=True, access_log=None
+    )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

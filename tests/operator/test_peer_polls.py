@@ -232,3 +232,47 @@ def test_operator_drops_untrusted_rows_by_reason_and_keeps_the_rest(certs: Certs
     latest = op.store.latest()
     assert set(latest) == {"west/good"}
     assert latest["west/good"].running == 4.0
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"<html>502 Bad Gateway</html>\n", b"\xff\xfe\x00\x01", b"", b"ok\n"],
+    ids=["html", "binary", "empty", "text"],
+)
+def test_a_200_of_garbage_is_a_failed_poll_undecodable(certs: Certs, garbage: bytes) -> None:
+    async def main() -> tuple[SignalsClient, list[PollOutcome], CollectorRegistry]:
+        registry = CollectorRegistry()
+        bodies = [ok_body, lambda now: garbage]
+        served: list[int] = []
+
+        def respond(now: float) -> tuple[list[str], bytes, int | None]:
+            data = bodies[min(len(served), 1)](now)
+            served.append(1)
+            headers = ["Connection: close", date_header(now), f"Content-Length: {len(data)}"]
+            return headers, data, None
+
+        async with RawPeer(certs.tls("west"), respond) as peer:
+            client = SignalsClient(
+                "west",
+                f"https://127.0.0.1:{peer.port}/signals?scope=own",
+                metrics=PollMetrics(registry),
+                ssl_context=client_ssl(certs.tls("hub")),
+                expected_identity=spiffe_id("gridroute.local", "west"),
+                expected_site="west",
+            )
+            try:
+                outcomes = [await client.poll(), await client.poll()]
+            finally:
+                await client.close()
+        return client, outcomes, registry
+
+    client, (good, bad), registry = asyncio.run(main())
+    assert good.result == "ok"
+    assert bad.result == "undecodable" and bad.decoded is None
+    assert client.failing and client.last_ok is good
+    assert (
+        registry.get_sample_value(
+            "grid_signals_poll_total", {"target": "west", "result": "undecodable"}
+        )
+        == 1
+    )

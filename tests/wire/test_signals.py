@@ -16,6 +16,7 @@ from gridroute.wire.signals import (
     Cut,
     DropReason,
     RelayTooLarge,
+    RelayUndecodable,
     Store,
     decode_relay,
     encode_relay,
@@ -161,9 +162,56 @@ def test_cap_on_lines_and_on_providers_per_site() -> None:
     ],
 )
 def test_parse_drops(bad: str) -> None:
-    got = decode_relay(rows(bad, line()), date=NOW, offset=0)
+    got = decode_relay(rows(bad, line(provider="other")), date=NOW, offset=0)
     assert got.dropped == {DropReason.PARSE: 1}
-    assert len(got.received) == 1
+    assert [r.sample.provider for r in got.received] == ["other"]
+
+
+def _sample_rows(provider: str, ready: str, stamp: float = NOW) -> list[str]:
+    ms = round(stamp * 1000)
+    labels = f'{{grid_site="west",grid_provider="{provider}"}}'
+    return [
+        f"llm_d_epp_average_running_requests{labels} 0 {ms}",
+        f"llm_d_epp_average_queue_size{labels} 0 {ms}",
+        f"llm_d_epp_ready_endpoints{labels} {ready} {ms}",
+        f"grid_provider_config_generation{labels} 1 {ms}",
+        f"grid_provider_max_running{labels} 8 {ms}",
+    ]
+
+
+@pytest.mark.parametrize("ready", ["NaN", "abc", "+Inf", "1e999"])
+def test_a_sample_with_an_unparseable_row_is_dropped_whole(ready: str) -> None:
+    body = rows(*_sample_rows("bad", ready), *_sample_rows("good", "1"))
+    got = decode_relay(body, date=NOW, offset=0)
+    assert [r.sample.provider for r in got.received] == ["good"]  # never ready=None
+    assert got.dropped == {DropReason.PARSE: 5}
+
+
+def test_a_sample_cut_by_the_line_cap_is_dropped_whole() -> None:
+    body = rows(*_sample_rows("a", "1"), *_sample_rows("b", "1"))
+    got = decode_relay(body, date=NOW, offset=0, max_lines=7)
+    assert [r.sample.provider for r in got.received] == ["a"]
+    assert got.dropped == {DropReason.CAP: 5}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html><body>502 Bad Gateway</body></html>\n",
+        b"\xff\xfe\x00garbage",
+        b"",
+        b"{}",
+        b"llm_d_epp_ready_endpoints 1\nnot a row\n",
+    ],
+)
+def test_a_body_that_is_not_a_relay_is_undecodable(body: bytes) -> None:
+    with pytest.raises(RelayUndecodable):
+        decode_relay(body, date=NOW, offset=0)
+
+
+def test_an_empty_relay_with_its_header_decodes_to_nothing() -> None:
+    got = decode_relay(b"# gridroute signals v1\n", date=NOW, offset=0)
+    assert got.received == () and got.dropped == {}
 
 
 def test_unknown_series_of_a_newer_operator_are_ignored_silently() -> None:
@@ -220,14 +268,21 @@ def test_every_encoded_sample_decodes_to_itself(items: list[Sample]) -> None:
 
 @given(st.binary(max_size=4000))
 @settings(max_examples=300)
-def test_arbitrary_bodies_never_raise(body: bytes) -> None:
-    got = decode_relay(body, date=NOW, offset=0, expected_site="west")
+def test_arbitrary_bodies_decode_or_are_refused_as_undecodable(body: bytes) -> None:
+    try:
+        got = decode_relay(body, date=NOW, offset=0, expected_site="west")
+    except RelayUndecodable:
+        return  # the one refusal a reader makes of content: the poll fails
     assert sum(got.dropped.values()) + len(got.received) <= got.lines + 1
 
 
 @given(st.lists(st.sampled_from([line(), line(site="x"), line(value="q"), "#c", ""]), max_size=50))
 def test_near_valid_bodies_count_every_line_once(lines: list[str]) -> None:
-    got = decode_relay(rows(*lines), date=NOW, offset=0, expected_site="west")
+    try:
+        got = decode_relay(rows(*lines), date=NOW, offset=0, expected_site="west")
+    except RelayUndecodable:
+        assert all(x in ("", "#c") or x == line(value="q") for x in lines)
+        return
     counted = sum(got.dropped.values()) + (1 if got.received else 0)
     assert counted <= got.lines
     assert got.lines == sum(1 for x in lines if x and not x.startswith("#"))

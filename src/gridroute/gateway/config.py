@@ -25,6 +25,7 @@ from gridroute.config import (
 )
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.inbound.settings import ListenerSettings
 from gridroute.relay.nats_link import SignalsTransport
 
 MIB = 1024 * 1024
@@ -91,6 +92,10 @@ class SiteConfig(_Frozen):
     connect_timeout_s: float | None = Field(None, gt=0)
     """Connect timeout for this backend. Default: `timeouts.local_connect_timeout_s` for
     the local site, `timeouts.connect_timeout_s` for the others."""
+    max_capacity: float | None = Field(None, gt=0)
+    """Most capacity (`maxRunning x ready`) this candidate's samples may claim; a larger
+    claim is clamped to it and counted (`grid_route_capacity_clamped_total`). Default:
+    none (the claim stands unless `limits.claimed_capacity_factor` bounds it)."""
     health_path: str = "/v1/models"
     """Path probed with GET to judge the backend's health. Default: `/v1/models`
     (answered by vLLM, SGLang and most OpenAI-compatible servers)."""
@@ -145,14 +150,33 @@ class LimitsConfig(_Frozen):
     """Largest request body read; a larger one is answered 413. Default: 10 MiB."""
     max_connections_per_site: int = Field(1024, ge=0)
     """Most open connections to one backend (0: unbounded). Default: 1024."""
+    claimed_capacity_factor: float | None = Field(None, ge=1)
+    """Clamp every sample's claimed capacity to this factor times the candidate's learned
+    soft ceiling (at least `availability.ceiling_floor`), counted as with
+    `sites[].max_capacity`. It bounds how fast a claim can grow, not where it ends, and
+    holds back an honest site that never yet carried load, hence off by default.
+    Default: none."""
+
+
+class AuthConfig(_Frozen):
+    """Who may call the API."""
+
+    api_keys_file: str | None = None
+    """File of accepted API keys, one per line (`#` comments and blank lines skipped,
+    each key one word of 16 characters or more), re-read on SIGHUP. When set, every
+    `/v1/*`, `/grid/status` and `/dashboard` request on the API listener needs
+    `Authorization: Bearer <key>`, else 401 `invalid_api_key`; `/healthz` and
+    `/readyz` stay open. Keys are never logged. Default: none (no keys needed)."""
 
 
 class MetricsListener(_Frozen):
     """The opt-in Prometheus listener."""
 
     listen: ListenAddress | None = None
-    """`host:port` serving `/metrics` (port 0: any free port); with `workers` N, worker
-    i listens on port + i. Default: none (no listener)."""
+    """`host:port` serving `/metrics`, `/grid/status` and `/dashboard` (an operator's
+    listener, bindable to another address than the API's, and never behind
+    `auth.api_keys_file`; port 0: any free port); with `workers` N, worker i listens on
+    port + i. Default: none (no listener)."""
 
 
 class TracingConfig(_Frozen):
@@ -237,8 +261,18 @@ class GatewayConfig(_Frozen):
     """Backend health probes. Default: on, every 3 s, up after 2, down after 3."""
     affinity: AffinityConfig = AffinityConfig()
     """Session affinity by a request header. Default: on, header `x-session-id`."""
+    auth: AuthConfig = AuthConfig()
+    """API keys. Default: none needed."""
+    listener: ListenerSettings = ListenerSettings()
+    """Header, body and idle timeouts and the connection limit of the API listener
+    (`gridroute.inbound.settings`). Default: nginx's timeouts, 4096 connections."""
+    shutdown_drain_s: float = Field(5.0, ge=0)
+    """On SIGTERM, how long the listener stays open answering `/readyz` 503 and every
+    new request 503 `shutting_down` with `Retry-After` and `Connection: close`, so load
+    balancers and kept-alive clients move away without a reset. Default: 5."""
     shutdown_grace_s: float = Field(30.0, ge=0)
-    """On SIGTERM, how long in-flight requests may finish before they are cut. Default: 30."""
+    """After the drain period, how long in-flight requests and streams may still run
+    before they are cut. Default: 30."""
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:
@@ -332,6 +366,7 @@ def named_files(cfg: GatewayConfig) -> dict[str, str | None]:
             k: None if v is None else str(v)
             for k, v in cfg.signals.prometheus.files("signals.prometheus").items()
         }
+    files["auth.api_keys_file"] = cfg.auth.api_keys_file
     return files
 
 

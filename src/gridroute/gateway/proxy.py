@@ -21,7 +21,6 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator
 
 from aiohttp import web
@@ -40,7 +39,10 @@ from gridroute.core.flow import (
 )
 from gridroute.gateway import upstream
 from gridroute.gateway.admission_queue import wait_in_queue
+from gridroute.gateway.request_body import parse_model
 from gridroute.gateway.runtime import GATEWAY, Gateway
+from gridroute.inbound.client_errors import Kind
+from gridroute.inbound.guard import read_body
 from gridroute.wire import openai_errors as errs
 
 _HOP_BY_HOP = frozenset(
@@ -99,32 +101,26 @@ def refuse(d: Decision) -> web.Response:
     return error_response(503, errs.NO_HEALTHY_SITE, d.retry_after_s)
 
 
-async def read_model(request: web.Request, limit: int) -> tuple[bytes, str] | web.Response:
-    """The whole body (bounded) and its `model`, or the 400/413 answer."""
-    length = request.content_length
-    if length is not None and length > limit:
-        return error_response(413, errs.TOO_LARGE)
-    if length is not None:
-        content = request.content
-        if content.is_eof() and content.exception() is None:
-            body = content.read_nowait()  # all here already: no read loop, no copy
-        else:
-            body = await request.read()
-    else:  # chunked: count as it arrives, stop at the limit
-        buf = bytearray()
-        async for chunk in request.content.iter_any():
-            buf += chunk
-            if len(buf) > limit:
-                return error_response(413, errs.TOO_LARGE)
-        body = bytes(buf)
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return error_response(400, errs.INVALID_JSON)
-    model = doc.get("model") if isinstance(doc, dict) else None
-    if not isinstance(model, str) or not model:
-        return error_response(400, errs.MISSING_MODEL)
-    return body, model
+async def read_model(request: web.Request, gw: Gateway) -> tuple[bytes, str] | web.Response:
+    """The whole body (bounded in size and in time) and its `model`, or the 4xx answer."""
+    errors = gw.client_errors
+    body = await read_body(request, gw.max_body, gw.cfg.listener.body_timeout_s, errors)
+    if isinstance(body, web.Response):
+        return body
+    got = parse_model(body)
+    if isinstance(got, tuple):
+        kind, error = got
+        errors.note(kind, "", request.remote)
+        return error_response(400, error)
+    return body, got
+
+
+def unauthorized(gw: Gateway, request: web.Request) -> web.Response:
+    """401 `invalid_api_key` (the key itself is never logged or echoed)."""
+    gw.client_errors.note(Kind.UNAUTHORIZED, request.path[:100], request.remote)
+    resp = error_response(401, errs.UNAUTHORIZED)
+    resp.headers["WWW-Authenticate"] = "Bearer"
+    return resp
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -132,9 +128,13 @@ async def handle(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
     clock = gw.current.monotonic  # durations and affinity idle times: never the wall clock
     t0 = clock()
+    if gw.api_keys is not None and not gw.api_keys.allows(request):
+        return unauthorized(gw, request)
     if gw.draining:
-        return error_response(503, errs.SHUTTING_DOWN, 1)
-    got = await read_model(request, gw.max_body)
+        going = error_response(503, errs.SHUTTING_DOWN, 1)
+        going.force_close()  # a kept-alive client learns it must reconnect elsewhere
+        return going
+    got = await read_model(request, gw)
     if isinstance(got, web.Response):
         return got
     body, model = got

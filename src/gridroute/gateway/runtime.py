@@ -21,7 +21,9 @@ from prometheus_client import CollectorRegistry
 
 from gridroute.config import ConfigError
 from gridroute.core import AffinityTable
+from gridroute.gateway.api_keys import ApiKeys
 from gridroute.gateway.backends import Backends, ssl_context
+from gridroute.gateway.claims import ClaimBounds, ClaimClamp
 from gridroute.gateway.config import GatewayConfig, OperatorLink, load_config
 from gridroute.gateway.current import CurrentGrid
 from gridroute.gateway.health import HealthProber
@@ -32,6 +34,8 @@ from gridroute.gateway.signals_loop import SignalsLoop, SignalsSource
 from gridroute.gateway.status import DecisionHistory
 from gridroute.gateway.timeline import Timeline
 from gridroute.gateway.tracing import RequestTracer, make_tracer
+from gridroute.inbound.client_errors import ClientErrors
+from gridroute.inbound.guard import Guard
 from gridroute.relay.nats_link import Transport
 from gridroute.relay.nats_source import NatsSignalsSource
 from gridroute.relay.poller import LOCAL_LIMITS, PollLimits, PollMetrics, SignalsClient
@@ -71,6 +75,20 @@ def operator_source(op: OperatorLink, metrics: PollMetrics) -> SignalsSource:
     )
 
 
+def _keys(cfg: GatewayConfig) -> ApiKeys | None:
+    path = cfg.auth.api_keys_file
+    return None if path is None else ApiKeys.load(path)
+
+
+def claim_bounds(cfg: GatewayConfig) -> ClaimBounds:
+    """The capacity bounds of `cfg` (per candidate key, and the global factor)."""
+    return ClaimBounds(
+        {s.key: s.max_capacity for s in cfg.sites if s.max_capacity is not None},
+        cfg.limits.claimed_capacity_factor,
+        cfg.availability.ceiling_floor,
+    )
+
+
 class Gateway:
     """Everything one gateway worker runs; `start` and `stop` bracket its life."""
 
@@ -98,18 +116,31 @@ class Gateway:
         self.metrics.watch(lambda: self.current, self.refusals.shedding)
         self.metrics.watch_pools(self.backends)
         self.poll_metrics = PollMetrics(self.metrics.registry)
+        self.client_errors = ClientErrors(
+            self.metrics.registry, "grid_route", interval_s=cfg.listener.error_log_interval_s
+        )
+        self.guard = Guard(cfg.listener, self.client_errors)
+        """The API listener's bounds (`GuardedRunner(create_app(gw), guard=gw.guard)`)."""
         self.tracer = tracer if tracer is not None else make_tracer(cfg.tracing)
         self.max_body = cfg.limits.max_body_bytes
+        self.api_keys = _keys(cfg)
+        """Accepted API keys (`auth.api_keys_file`), or None when none are needed."""
         self.draining = False
         self.started_at = 0.0
         self.reloads: dict[str, int] = {"ok": 0, "error": 0}
         self.last_reload_error: str | None = None
         self._source_factory = source_factory
         self.signals: SignalsLoop | None = None
+        self.claims = ClaimClamp(claim_bounds(cfg), self._learned_soft, self.metrics.registry)
+        """Bounds on the capacity samples may claim (`gateway.claims`)."""
         self.prober = HealthProber(cfg.health, self.backends, lambda: self.current)
         self.history = DecisionHistory()
         self.timeline = Timeline()
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _learned_soft(self, key: str) -> float | None:
+        view = self.current.snapshot.view(key)
+        return None if view is None else view.soft
 
     @property
     def ready(self) -> bool:
@@ -148,7 +179,9 @@ class Gateway:
             interval_s = op.poll_interval_s
         else:
             return
-        self.signals = SignalsLoop(source, lambda: self.current, self.cfg.local_site, interval_s)
+        self.signals = SignalsLoop(
+            source, lambda: self.current, self.cfg.local_site, interval_s, self.claims
+        )
         self._tasks.append(asyncio.create_task(self.signals.run(), name="signals"))
 
     async def stop(self) -> None:
@@ -167,11 +200,13 @@ class Gateway:
     async def reload(self, cfg: GatewayConfig) -> None:
         """Adopt a new config. `listen`, `workers` and `metrics.listen` need a restart."""
         old = self.cfg
-        for name in ("listen", "workers", "metrics"):
+        for name in ("listen", "workers", "metrics", "listener"):
             if getattr(cfg, name) != getattr(old, name):
                 log.warning("reload: %s changed; it takes effect at the next restart", name)
         routing = build_routing(cfg)
+        keys = _keys(cfg)  # may raise: nothing adopted yet
         await self.backends.sync(routing.backends)  # may raise: nothing adopted yet
+        self.api_keys = keys
         self.cfg = cfg
         self.routing = routing
         self.current.reconfigure(self.routing, cfg.availability)
@@ -180,6 +215,7 @@ class Gateway:
             self.current.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
             self.affinity_header = cfg.affinity.header
         self.prober.cfg = cfg.health
+        self.claims.bounds = claim_bounds(cfg)
         if cfg.tracing != old.tracing:
             previous, self.tracer = self.tracer, make_tracer(cfg.tracing)
             if previous is not None:

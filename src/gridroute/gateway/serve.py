@@ -7,7 +7,8 @@ each counts as one gateway for the fair-share rule. The parent forwards SIGHUP a
 SIGTERM to them and waits.
 
 Signals in a worker: SIGHUP reloads the config file (keeping the running config on
-any error); SIGTERM/SIGINT stop accepting, let in-flight requests finish for up to
+any error); SIGTERM/SIGINT drain (`drain`): refuse new requests with 503 while still
+listening for `shutdown_drain_s`, then let in-flight ones finish for up to
 `shutdown_grace_s`, then close.
 """
 
@@ -29,6 +30,7 @@ from gridroute.config import split_listen
 from gridroute.gateway.app import create_app, create_metrics_app
 from gridroute.gateway.config import GatewayConfig, load_config
 from gridroute.gateway.runtime import Gateway
+from gridroute.inbound.guard import GuardedRunner
 from gridroute.logs import setup_logging
 
 log = logging.getLogger("gridroute.gateway")
@@ -62,8 +64,9 @@ async def run_worker(
 
     `port` overrides the port of `listen` (the one the parent reserved for port 0)."""
     gw = Gateway(cfg, config_path=config_path, worker=index)
-    runner = web.AppRunner(
+    runner = GuardedRunner(
         create_app(gw),
+        guard=gw.guard,
         handler_cancellation=True,
         shutdown_timeout=cfg.shutdown_grace_s,
         access_log=None,
@@ -98,11 +101,30 @@ async def run_worker(
         for addr in metrics_runner.addresses:
             _say(f"metrics on http://{addr[0]}:{addr[1]}/metrics")
     await stop.wait()
-    log.warning("shutting down: draining in-flight requests for up to %ss", cfg.shutdown_grace_s)
-    gw.draining = True
-    await runner.cleanup()
+    await drain(gw, runner)
     if metrics_runner is not None:
         await metrics_runner.cleanup()
+
+
+async def drain(gw: Gateway, runner: web.AppRunner) -> None:
+    """SIGTERM: refuse new work while still listening, then let in-flight work finish.
+
+    For `shutdown_drain_s` the listener stays open: `/readyz` answers 503 at once (load
+    balancers stop sending), every new request is answered 503 `shutting_down` with
+    `Retry-After` and `Connection: close`, and every answer closes its connection, so a
+    kept-alive client is told to go rather than reset. Then the listener closes, idle
+    connections close, and requests and streams in flight get `shutdown_grace_s` more
+    (the runner's shutdown timeout) before they are cut."""
+    cfg = gw.cfg
+    gw.draining = True
+    log.warning(
+        "shutting down: refusing new requests for %ss, then in-flight ones get %ss",
+        cfg.shutdown_drain_s,
+        cfg.shutdown_grace_s,
+    )
+    if cfg.shutdown_drain_s > 0:
+        await asyncio.sleep(cfg.shutdown_drain_s)
+    await runner.cleanup()
 
 
 def _freeze_startup_heap() -> None:

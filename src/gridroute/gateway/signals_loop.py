@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from gridroute.core import Sample
@@ -38,8 +38,11 @@ class SignalsLoop:
         current: Callable[[], CurrentGrid],
         local_site: str | None,
         interval_s: float,
+        bound: Callable[[Iterable[Sample]], Iterable[Sample]] | None = None,
     ) -> None:
         self.source = source
+        self.bound = bound
+        """Applied to each read's samples before they are folded (`gateway.claims`)."""
         self._current = current
         self.local_site = local_site
         self.interval_s = interval_s
@@ -62,7 +65,10 @@ class SignalsLoop:
         if self.local_site is not None:
             rounds[self.local_site] = outcome.ended_at
         self._note_undelivered(current, rounds, decoded.samples)
-        current.refresh(decoded.samples, rounds, current.clock())
+        samples: Iterable[Sample] = decoded.samples
+        if self.bound is not None:
+            samples = self.bound(samples)
+        current.refresh(samples, rounds, current.clock())
 
     def _note_undelivered(
         self, current: CurrentGrid, rounds: dict[str, float | None], samples: Sequence[Sample]

@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from gridroute import tls
 from gridroute.config import ConfigError, ListenAddress, check_files, load, split_listen, validate
+from gridroute.inbound.settings import ListenerSettings
 from gridroute.relay.nats_link import SignalsTransport, Transport
 from gridroute.wire.prometheus import MetricsFormat
 from gridroute.wire.signals import NAME_PATTERN
@@ -128,6 +129,13 @@ class OperatorConfig(_Model):
     tls: TLSFiles | None = None
     """Mutual TLS for serving and polling. Without it the listener is plain HTTP and peer
     identity is not checked (demos on one machine only)."""
+    allowed_identities: list[str] | None = None
+    """SPIFFE IDs whose client certificates may read this operator (peers' sites, this
+    site's gateways), e.g. `spiffe://gridroute.local/site/east`. Default: none (any
+    certificate of `trustDomain` chained to the CA). Needs `tls`."""
+    listener: ListenerSettings = ListenerSettings()
+    """Header, body and idle timeouts and the connection limit of the listener. Default:
+    nginx's timeouts (60 s, 60 s, 75 s), 4096 connections."""
     peers: list[PeerConfig] = []
     """Peer operators to poll (the mesh transport)."""
     signals: SignalsTransport = SignalsTransport()

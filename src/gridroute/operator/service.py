@@ -24,9 +24,12 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gridroute.inbound.client_errors import ClientErrors
+from gridroute.inbound.guard import Guard, GuardedRunner
 from gridroute.operator.config import OperatorConfig
 from gridroute.operator.learning import ProviderLearning
 from gridroute.operator.metrics import OperatorMetrics
+from gridroute.operator.peer_access import access_middleware
 from gridroute.operator.peer_rounds import POLL_GIVE_UP_ROUNDS, PeerRounds, SkipMetrics
 from gridroute.operator.scrape import ProviderScraper
 from gridroute.operator.server import build_app
@@ -117,7 +120,18 @@ class Operator:
     async def start(self) -> None:
         cfg = self.config
         self.started_at = self.clock()
-        self._runner = web.AppRunner(build_app(self), access_log=None)
+        errors = ClientErrors(
+            self.metrics.registry, "grid_signals", interval_s=cfg.listener.error_log_interval_s
+        )
+        self.client_errors = errors
+        app = build_app(self)
+        if cfg.tls is not None:
+            app.middlewares.append(
+                access_middleware(
+                    cfg.trust_domain, cfg.allowed_identities, self.metrics.registry, errors
+                )
+            )
+        self._runner = GuardedRunner(app, guard=Guard(cfg.listener, errors), access_log=None)
         await self._runner.setup()
         ssl_ctx = server_context(cfg.tls) if cfg.tls is not None else None
         site = web.TCPSite(self._runner, cfg.host, cfg.port, ssl_context=ssl_ctx)

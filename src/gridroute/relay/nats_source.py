@@ -43,6 +43,7 @@ from gridroute.wire.signals import (
     Decoded,
     DropReason,
     Received,
+    RelayUndecodable,
     decode_relay,
 )
 
@@ -141,14 +142,18 @@ class NatsSignalsSource:
             return
         received_at = self._clock()
         offset = self._steady_offset(site, received_at - sent)
-        decoded = decode_relay(
-            data,
-            date=sent,
-            offset=offset,
-            expected_site=site,
-            max_lines=self.limits.max_lines,
-            max_providers=self.limits.max_providers,
-        )
+        try:
+            decoded = decode_relay(
+                data,
+                date=sent,
+                offset=offset,
+                expected_site=site,
+                max_lines=self.limits.max_lines,
+                max_providers=self.limits.max_providers,
+            )
+        except RelayUndecodable:  # garbage on the subject: dropped whole, counted
+            self._dropped["undecodable"] += 1
+            return
         for reason, count in decoded.dropped.items():
             self._dropped[str(reason)] += count
         self._bytes += len(data)

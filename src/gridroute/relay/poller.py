@@ -13,6 +13,7 @@ Every call to `SignalsClient.poll()` ends in exactly one `PollResult`:
     too_large     Content-Length or the streamed body went past the read limit
     no_date       no parsable Date header: row ages could not be computed
     bad_identity  the responder's certificate is not trusted or does not name the site
+    undecodable   a 200 whose body is not a relay (garbage): a failed poll, like the rest
 
 Identity is checked the SPIFFE way: the chain must verify against the configured
 CA and the leaf must carry the expected URI SAN (`spiffe://<domain>/site/<name>`);
@@ -44,6 +45,7 @@ from gridroute.wire.signals import (
     Decoded,
     DropReason,
     RelayTooLarge,
+    RelayUndecodable,
     decode_relay,
 )
 
@@ -60,6 +62,7 @@ class PollResult(StrEnum):
     TOO_LARGE = "too_large"
     NO_DATE = "no_date"
     BAD_IDENTITY = "bad_identity"
+    UNDECODABLE = "undecodable"
 
 
 def client_ssl_context(files: TLSFiles, source: str = "operator config") -> ssl.SSLContext:
@@ -345,6 +348,8 @@ class SignalsClient:
             )
         except RelayTooLarge as exc:
             raise _Refused(PollResult.TOO_LARGE, str(exc)) from exc
+        except RelayUndecodable as exc:
+            raise _Refused(PollResult.UNDECODABLE, str(exc)) from exc
         if self.delta:
             self.cursor = next_cursor
         return decoded, size

@@ -59,3 +59,65 @@ UPSTREAM_TIMEOUT: Final = error_body(
 """504: the backend accepted the request but sent no answer in time."""
 SHUTTING_DOWN: Final = error_body("this gateway is shutting down", "server_error", "shutting_down")
 """503: a request that arrived while the gateway drains."""
+REQUEST_TIMEOUT: Final = error_body(
+    "the request's headers or body did not arrive in time", "invalid_request_error", "timeout"
+)
+"""408 and close: `listener.header_timeout_s` or `listener.body_timeout_s` ran out."""
+TOO_MANY_CONNECTIONS: Final = error_body(
+    "this server holds as many connections as it accepts; retry later",
+    "server_error",
+    "too_many_connections",
+)
+"""503 and close: `listener.max_connections` are open."""
+BAD_REQUEST: Final = error_body(
+    "the request is not valid HTTP/1.1", "invalid_request_error", "bad_request"
+)
+"""400 and close: the request line or headers did not parse."""
+HEADERS_TOO_LARGE: Final = error_body(
+    "the request's headers are too many or too large",
+    "invalid_request_error",
+    "request_header_fields_too_large",
+)
+"""431 and close: more headers, or a longer header, than the listener accepts."""
+JSON_TOO_DEEP: Final = error_body(
+    "the request body is JSON nested deeper than this gateway parses",
+    "invalid_request_error",
+    "invalid_json",
+)
+"""400: the body's JSON nests too deeply to parse (a RecursionError)."""
+INTERNAL: Final = error_body("the server failed on this request", "server_error", "internal_error")
+"""500: a bug; the traceback goes to the (rate-limited) log, never to the client."""
+UNAUTHORIZED: Final = error_body(
+    "incorrect or missing API key", "invalid_request_error", "invalid_api_key"
+)
+"""401: `auth.api_keys_file` is set and the bearer key is not one of its keys."""
+FORBIDDEN_PEER: Final = error_body(
+    "this client's certificate identity may not read this server",
+    "invalid_request_error",
+    "forbidden",
+)
+"""403: a peer whose certificate is outside the trust domain or the allow-list."""
+
+
+def not_found(path: str) -> bytes:
+    """404 for a path no route serves (the path is echoed, truncated)."""
+    return error_body(f"no route for {path[:200]}", "invalid_request_error", "unknown_url")
+
+
+def method_not_allowed(method: str, path: str) -> bytes:
+    """405 for a known path asked with the wrong method (OpenAI answers the same)."""
+    return error_body(
+        f"{method[:16]} is not allowed on {path[:200]}",
+        "invalid_request_error",
+        "method_not_supported",
+    )
+
+
+def model_not_found(model: str) -> bytes:
+    """404 of `GET /v1/models/{id}` for a model this gateway does not serve now."""
+    return error_body(
+        f"the model {model[:200]!r} does not exist or no site serves it now",
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    )

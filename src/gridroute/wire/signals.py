@@ -112,6 +112,16 @@ class RelayTooLarge(ValueError):
     """A body over the read limit; the poll result is `too_large`."""
 
 
+class RelayUndecodable(ValueError):
+    """A body that is not a signals relay at all (not UTF-8, or rows none of which
+    parse, or neither rows nor the header line): the poll result is `undecodable`, a
+    failed poll, so a 200 of garbage never reads as "every site reported nothing"."""
+
+
+HEADER_LINE = b"# gridroute signals v1"
+"""The first line `encode_relay` writes."""
+
+
 @dataclass(frozen=True, slots=True)
 class Encoded:
     """A `/signals` body and the rows left out of it, by (store, cut)."""
@@ -261,6 +271,15 @@ def encode_relay(
 
 # --- decoding -----------------------------------------------------------------------
 
+_KEY = re.compile(
+    r'\{grid_site="(?P<site>'
+    + NAME_PATTERN
+    + r')",grid_provider="(?P<provider>'
+    + NAME_PATTERN
+    + r')"\}.* (?P<stamp>[0-9]{1,15})\s*$'
+)
+"""Enough of a row to tell which sample it belongs to, when the row itself is bad."""
+
 _ROW = re.compile(
     r'(?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)\{grid_site="(?P<site>' + NAME_PATTERN + r')"'
     r'(?:,grid_provider="(?P<provider>' + NAME_PATTERN + r')")?\} '
@@ -283,11 +302,23 @@ def decode_relay(
     responder time to get a reader time. With `expected_site`, only rows about that
     site are accepted (a peer speaks for itself only). Rows past `max_lines`, or of
     providers past the first `max_providers` of a site, are dropped as `cap`.
-    Raises `RelayTooLarge` for a body over `READ_LIMIT_BYTES`; never raises on content.
+
+    A reader never sees half a sample: a row that does not parse (a NaN, a fractional
+    generation) or that was cut by `max_lines` takes its whole sample with it, the
+    sample's other rows counted under the same reason; otherwise a sample missing its
+    `ready` row would read as one ready endpoint.
+
+    Raises `RelayTooLarge` for a body over `READ_LIMIT_BYTES` and `RelayUndecodable`
+    for a body that is not a relay at all.
     """
     if len(body) > READ_LIMIT_BYTES:
         raise RelayTooLarge(f"body of {len(body)} bytes over {READ_LIMIT_BYTES}")
-    text = body.decode("utf-8", "replace")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RelayUndecodable(f"not UTF-8 at byte {exc.start}") from None
+    poisoned: dict[tuple[str, str, int], DropReason] = {}
+    parsed = 0
     dropped: Counter[DropReason] = Counter()
     fields: dict[tuple[str, str, int], dict[str, float]] = {}
     providers: dict[str, set[str]] = {}
@@ -302,11 +333,14 @@ def decode_relay(
         lines += 1
         if lines > max_lines:
             dropped[DropReason.CAP] += 1
+            _poison(poisoned, line, DropReason.CAP)
             continue
         m = match_row(line.rstrip("\r"))
         if m is None:
             dropped[DropReason.PARSE] += 1
+            _poison(poisoned, line, DropReason.PARSE)
             continue
+        parsed += 1
         metric, site, provider = m["metric"], m["site"], m["provider"]
         attr = _BY_NAME.get(metric)
         if attr is None and metric != ROUND_END:
@@ -314,10 +348,11 @@ def decode_relay(
         try:
             value = float(m["value"])
         except ValueError:
-            dropped[DropReason.PARSE] += 1
-            continue
+            value = math.nan
         if not math.isfinite(value) or (attr is None) != (provider is None):
             dropped[DropReason.PARSE] += 1
+            if provider is not None:
+                poisoned.setdefault((site, provider, int(m["stamp"])), DropReason.PARSE)
             continue
         if expected_site is not None and site != expected_site:
             dropped[DropReason.SITE_MISMATCH] += 1
@@ -338,11 +373,20 @@ def decode_relay(
             seen.add(provider)
         if attr == "generation" and not value.is_integer():
             dropped[DropReason.PARSE] += 1
+            poisoned.setdefault((site, provider, stamp), DropReason.PARSE)
             continue
         fields.setdefault((site, provider, stamp), {})[attr] = value
 
+    if lines and not parsed:
+        raise RelayUndecodable(f"none of {lines} rows parse")
+    if not lines and not body.startswith(HEADER_LINE):
+        raise RelayUndecodable("neither rows nor the relay's header line")
     received = []
     for (site, provider, stamp), values in fields.items():
+        reason = poisoned.get((site, provider, stamp))
+        if reason is not None:
+            dropped[reason] += len(values)  # the rest of a sample with a bad row
+            continue
         generation = values.get("generation")
         sample = Sample(
             site=site,
@@ -362,3 +406,10 @@ def decode_relay(
     return Decoded(
         received=tuple(received), round_ends=round_ends, dropped=dict(dropped), lines=lines
     )
+
+
+def _poison(poisoned: dict[tuple[str, str, int], DropReason], line: str, why: DropReason) -> None:
+    """Mark the sample a refused row belongs to, when the row names one."""
+    m = _KEY.search(line)
+    if m is not None:
+        poisoned.setdefault((m["site"], m["provider"], int(m["stamp"])), why)

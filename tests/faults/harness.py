@@ -1,0 +1,222 @@
+"""Real gridroute processes for fault scenarios, a load driver with a deadline per
+request, and the tally every scenario reports (sent, served, refused, failed)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from tests.faults.links import NetnsLink, ProxyLink
+
+_LISTENING = re.compile(r"listening on (?:https?://)?([0-9A-Za-z.\[\]:-]+:[0-9]+)")
+EXE = str(Path(sys.executable).with_name("gridroute"))
+MODEL = "m"
+
+
+class Process:
+    """A `gridroute` verb (maybe inside a namespace) and the URL it said it listens on."""
+
+    def __init__(self, argv: list[str], timeout: float = 90.0) -> None:
+        self.popen = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.lines: list[str] = []
+        self.url = ""
+        found = threading.Event()
+
+        def pump() -> None:
+            assert self.popen.stdout is not None
+            for line in self.popen.stdout:
+                self.lines.append(line)
+                m = _LISTENING.search(line)
+                if m and not self.url:
+                    self.url = "http://" + m.group(1)
+                    found.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not found.wait(timeout):
+            self.kill()
+            raise AssertionError("no 'listening on' line:\n" + "".join(self.lines))
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(10)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(10)
+
+
+def fake_site(link: NetnsLink | ProxyLink, name: str, *extra: str) -> tuple[Process, str]:
+    """A fake model server for `name` behind `link`; returns it and the gateway's URL."""
+    argv = [EXE, "fake-server", "--host", link.bind_host, "--port", "0"]
+    argv += ["--model", MODEL, "--name", name, "--service-ms", "20", "--tokens", "4", *extra]
+    proc = Process(link.wrap(argv))
+    return proc, link.target(proc.port)
+
+
+def gateway(tmp: Path, sites: dict[str, str], **extra: Any) -> Process:
+    cfg = {
+        "listen": "127.0.0.1:0",
+        "local_site": next(iter(sites)),
+        "sites": [{"name": n, "backend_url": u} for n, u in sites.items()],
+        "models": [{"name": MODEL}],
+        "health": {"interval_s": 0.2, "timeout_s": 0.3, "rise": 2, "fall": 2},
+        "timeouts": {"connect_timeout_s": 0.3, "local_connect_timeout_s": 0.3, "read_timeout_s": 3},
+        "shutdown_drain_s": 0,
+        "shutdown_grace_s": 2,
+        **extra,
+    }
+    path = tmp / "gateway.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return Process([EXE, "gateway", "--config", str(path)])
+
+
+@contextlib.contextmanager
+def running(*procs: Process) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.stop()
+
+
+@dataclass
+class Tally:
+    """How every request of a scenario ended."""
+
+    name: str
+    sent: int = 0
+    served: int = 0
+    refused: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    max_latency_s: float = 0.0
+    by_site: Counter[str] = field(default_factory=Counter)
+    served_at: list[tuple[float, str]] = field(default_factory=list)
+    """(send time, site) of every served request, for the ordering invariants."""
+    notes: str = ""
+
+    def row(self, mechanism: str) -> dict[str, Any]:
+        return {
+            "scenario": self.name,
+            "mechanism": mechanism,
+            "sent": self.sent,
+            "served": self.served,
+            "refused": dict(self.refused),
+            "failed": dict(self.failed),
+            "max_latency_s": round(self.max_latency_s, 3),
+            "by_site": dict(self.by_site),
+            "notes": self.notes,
+        }
+
+
+_CODES = {429: "capacity_exhausted", 503: "no_healthy_site", 502: "upstream_unreachable"}
+
+
+async def one(
+    http: aiohttp.ClientSession, url: str, tally: Tally, *, stream: bool, deadline_s: float
+) -> None:
+    """One request; its ending goes into `tally`. Never raises."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": stream}
+    t0 = time.monotonic()
+    tally.sent += 1
+    try:
+        async with (
+            asyncio.timeout(deadline_s),
+            http.post(url + "/v1/chat/completions", json=body) as r,
+        ):
+            raw = await r.read()
+            if r.status == 200:
+                if stream and not raw.rstrip().endswith(b"data: [DONE]"):
+                    tally.failed["stream_truncated"] += 1
+                else:
+                    tally.served += 1
+                    site = r.headers.get("x-grid-site", "?")
+                    tally.by_site[site] += 1
+                    tally.served_at.append((t0, site))
+            else:
+                err = json.loads(raw)["error"]  # every refusal is an OpenAI body
+                assert set(err) >= {"message", "type", "code"}, err
+                expected = _CODES.get(r.status)
+                assert expected is None or err["code"] == expected, (r.status, err)
+                tally.refused[f"{r.status} {err['code']}"] += 1
+    except TimeoutError:
+        tally.failed["hung_past_deadline"] += 1
+    except aiohttp.ClientPayloadError:
+        tally.failed["stream_cut_cleanly"] += 1
+    except (aiohttp.ClientError, OSError) as exc:
+        tally.failed[type(exc).__name__] += 1
+    finally:
+        tally.max_latency_s = max(tally.max_latency_s, time.monotonic() - t0)
+
+
+async def load(
+    url: str,
+    tally: Tally,
+    until: asyncio.Event,
+    *,
+    concurrency: int = 4,
+    stream: bool = False,
+    deadline_s: float = 10.0,
+) -> None:
+    """Requests at `concurrency` until `until` is set."""
+    async with aiohttp.ClientSession() as http:
+
+        async def worker() -> None:
+            while not until.is_set():
+                await one(http, url, tally, stream=stream, deadline_s=deadline_s)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def site_field(url: str, site: str, name: str) -> str | None:
+    async with aiohttp.ClientSession() as http, http.get(url + "/grid/status") as r:
+        doc = await r.json()
+    for s in doc["sites"]:
+        if s["site"] == site:
+            return None if s[name] is None else str(s[name])
+    return None
+
+
+async def wait_field(url: str, site: str, name: str, want: str, timeout: float = 10.0) -> float:
+    """Poll /grid/status until `site`'s `name` shows `want`; returns the monotonic time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await site_field(url, site, name) == want:
+            return time.monotonic()
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{site} never showed {name} {want}")
+
+
+async def wait_health(url: str, site: str, want: str, timeout: float = 10.0) -> float:
+    return await wait_field(url, site, "health", want, timeout)

@@ -1,0 +1,308 @@
+"""Fault scenarios on real processes: every request ends served or clearly refused.
+
+Each scenario drives load through a real gateway process at fake model servers (real
+processes), breaks a link or a process under it, and checks the invariants:
+
+* no request hangs past its deadline (each has one);
+* every refusal is an OpenAI-shaped body with the right code for its status;
+* once the gateway judged a site down, no request sent later is served there while
+  another site serves the model (until it is judged up again);
+* a healed site serves again only after it was judged up (two passing probes);
+* failures are 0, except streams that were under way on a killed site, which end with
+  a clean stream error (the connection is cut, never left hanging).
+
+The counts go to the table in docs/reliability.md (`make test-faults`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import ROWS
+from tests.faults.harness import (
+    EXE,
+    MODEL,
+    Process,
+    Tally,
+    fake_site,
+    gateway,
+    load,
+    running,
+    site_field,
+    wait_field,
+    wait_health,
+)
+from tests.faults.links import MECHANISM, ProxyLink, open_link
+
+
+class Loopback:
+    """A site on plain loopback, never cut."""
+
+    kind = "loopback"
+    bind_host = "127.0.0.1"
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return argv
+
+    def target(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+
+def _report(tally: Tally, mechanism: str = MECHANISM) -> None:
+    ROWS.append(tally.row(mechanism))
+    print(tally.row(mechanism))
+
+
+def _no_hangs(tally: Tally) -> None:
+    assert tally.failed["hung_past_deadline"] == 0, tally
+
+
+def _not_served_between(tally: Tally, site: str, start: float, end: float) -> None:
+    late = [t for t, s in tally.served_at if s == site and start < t < end]
+    assert not late, f"{len(late)} requests sent after {site} was judged down were served there"
+
+
+@pytest.mark.fault_short
+def test_site_partitioned_from_the_gateway_and_returned(tmp_path: Path) -> None:
+    with open_link(1) as link:
+        a, url_a = fake_site(Loopback(), "a")  # type: ignore[arg-type]
+        b, url_b = fake_site(link, "b")
+        gw = gateway(tmp_path, {"a": url_a, "b": url_b})
+        tally = Tally("site partitioned from the gateway, then returned")
+
+        async def scenario() -> None:
+            done = asyncio.Event()
+            driver = asyncio.create_task(load(gw.url, tally, done, concurrency=4))
+            await wait_health(gw.url, "b", "up")
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(link.cut)
+            down_at = await wait_health(gw.url, "b", "down")
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(link.heal)
+            healed_at = time.monotonic()
+            up_at = await wait_health(gw.url, "b", "up")
+            await asyncio.sleep(1.0)
+            done.set()
+            await driver
+            _not_served_between(tally, "b", down_at, healed_at)
+            _not_served_between(tally, "b", healed_at, up_at - 0.05)
+
+        with running(gw, a, b):
+            asyncio.run(asyncio.wait_for(scenario(), 60))
+    _report(tally)
+    _no_hangs(tally)
+    assert sum(tally.failed.values()) == 0, tally
+    assert tally.by_site["a"] > 0 and tally.by_site["b"] > 0
+    assert set(tally.refused) <= {"504 upstream_timeout"}, tally.refused
+
+
+@pytest.mark.fault_short
+def test_site_killed_mid_stream(tmp_path: Path) -> None:
+    lo = Loopback()
+    b, url_b = fake_site(lo, "b", "--per-token-ms", "100")  # type: ignore[arg-type]
+    a, url_a = fake_site(lo, "a", "--per-token-ms", "100")  # type: ignore[arg-type]
+    gw = gateway(tmp_path, {"b": url_b, "a": url_a}, models=[{"name": MODEL, "policy": "first"}])
+    tally = Tally("site process killed mid-stream")
+
+    async def scenario() -> None:
+        done = asyncio.Event()
+        await wait_health(gw.url, "b", "up")
+        driver = asyncio.create_task(load(gw.url, tally, done, concurrency=4, stream=True))
+        await asyncio.sleep(1.2)
+        await asyncio.to_thread(b.kill)
+        await wait_health(gw.url, "b", "down")
+        await asyncio.sleep(1.0)
+        done.set()
+        await driver
+
+    with running(gw, a, b):
+        asyncio.run(asyncio.wait_for(scenario(), 60))
+    _report(tally, "SIGKILL of the site's process")
+    _no_hangs(tally)
+    cut = tally.failed["stream_cut_cleanly"] + tally.failed["stream_truncated"]
+    assert sum(tally.failed.values()) == cut  # only streams under way on b
+    assert cut <= 4  # at most the streams in flight at the kill
+    assert tally.by_site["b"] > 0 and tally.by_site["a"] > 0
+    assert not tally.refused, tally.refused
+
+
+@pytest.mark.fault_short
+def test_all_sites_down_last_resort_then_503(tmp_path: Path) -> None:
+    with open_link(2) as la, open_link(3) as lb:
+        a, url_a = fake_site(la, "a")
+        b, url_b = fake_site(lb, "b")
+        gw = gateway(tmp_path, {"a": url_a, "b": url_b})
+        tally = Tally("all sites down")
+
+        async def scenario() -> None:
+            await wait_health(gw.url, "a", "up")
+            await wait_health(gw.url, "b", "up")
+            await asyncio.to_thread(la.cut)
+            await asyncio.to_thread(lb.cut)
+            await wait_health(gw.url, "a", "down")
+            await wait_health(gw.url, "b", "down")
+            done = asyncio.Event()
+            driver = asyncio.create_task(load(gw.url, tally, done, concurrency=4))
+            await asyncio.sleep(1.5)
+            done.set()
+            await driver
+
+        with running(gw, a, b):
+            asyncio.run(asyncio.wait_for(scenario(), 60))
+    _report(tally)
+    _no_hangs(tally)
+    assert tally.served == 0 and sum(tally.failed.values()) == 0, tally
+    allowed = {"502 upstream_unreachable", "503 no_healthy_site", "504 upstream_timeout"}
+    assert set(tally.refused) <= allowed and tally.refused, tally.refused
+
+
+def _operator(tmp: Path, site: str, fake_url: str, peers: dict[str, str], port: int = 0) -> Process:
+    import yaml
+
+    cfg = {
+        "site": site,
+        "listen": f"127.0.0.1:{port}",
+        "scrapeIntervalSeconds": 0.25,
+        "peerPollIntervalSeconds": 0.25,
+        "providers": [
+            {
+                "name": site,
+                "models": [MODEL],
+                "backendUrl": fake_url,
+                "maxRunning": 8,
+                "metricsConfig": {"endpoint": fake_url + "/metrics", "format": "vllm"},
+            }
+        ],
+        "peers": [{"site": s, "url": u} for s, u in peers.items()],
+    }
+    path = tmp / f"operator-{site}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return Process([EXE, "operator", "--config", str(path)])
+
+
+def test_gateways_local_operator_stopped_pauses_judgement(tmp_path: Path) -> None:
+    lo = Loopback()
+    a, url_a = fake_site(lo, "a")  # type: ignore[arg-type]
+    b, url_b = fake_site(lo, "b")  # type: ignore[arg-type]
+    op_b = _operator(tmp_path, "b", url_b, {})
+    op_a = _operator(tmp_path, "a", url_a, {"b": op_b.url})
+    gw = gateway(
+        tmp_path,
+        {"a": url_a, "b": url_b},
+        operator={"url": op_a.url, "poll_interval_s": 0.25, "timeout_s": 0.2},
+    )
+    tally = Tally("the gateway's local operator stopped")
+
+    async def scenario() -> None:
+        await wait_health(gw.url, "a", "up")
+        await wait_health(gw.url, "b", "up")
+        done = asyncio.Event()
+        driver = asyncio.create_task(load(gw.url, tally, done, concurrency=4))
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(op_a.kill)
+        await asyncio.sleep(3.0)  # many poll intervals, far past any silence window
+        done.set()
+        await driver
+
+    with running(gw, op_a, op_b, a, b):
+        asyncio.run(asyncio.wait_for(scenario(), 60))
+    _report(tally, "SIGKILL of the operator")
+    _no_hangs(tally)
+    assert sum(tally.failed.values()) == 0 and not tally.refused, tally
+    assert tally.by_site["a"] > 0 and tally.by_site["b"] > 0  # neither went silent
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["steady", "operator-restarts"])
+def test_peer_partitioned_between_operators_only(tmp_path: Path, restart: bool) -> None:
+    """The gateway reaches both sites; only operator a's polls of operator b are cut.
+    b's load goes unheard: b is judged silent and gets nothing new while a serves;
+    after the heal it returns only on fresh samples. With `restart`, operator a
+    restarts during the partition and knows nothing of b until the link heals."""
+    from tests.gateway.processes import free_port
+
+    lo = Loopback()
+    link = ProxyLink(5)
+    a, url_a = fake_site(lo, "a")  # type: ignore[arg-type]
+    b, url_b = fake_site(lo, "b")  # type: ignore[arg-type]
+    op_b = _operator(tmp_path, "b", url_b, {})
+    op_port = free_port()
+    peers = {"b": link.target(op_b.port)}
+    ops = [_operator(tmp_path, "a", url_a, peers, op_port)]
+    gw = gateway(
+        tmp_path,
+        {"a": url_a, "b": url_b},
+        operator={"url": ops[0].url, "poll_interval_s": 0.25, "timeout_s": 0.2},
+    )
+    name = "peer partitioned between operators" + (", operator restarts" if restart else "")
+    tally = Tally(name)
+
+    async def scenario() -> None:
+        await wait_field(gw.url, "b", "live", "live")
+        done = asyncio.Event()
+        driver = asyncio.create_task(load(gw.url, tally, done, concurrency=4))
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(link.cut)
+        silent_at = await wait_field(gw.url, "b", "live", "silent", timeout=30)
+        if restart:
+            await asyncio.to_thread(ops[0].kill)
+            # started off the event loop: the load driver keeps running meanwhile
+            ops.append(await asyncio.to_thread(_operator, tmp_path, "a", url_a, peers, op_port))
+            await asyncio.sleep(1.0)
+            assert await site_field(gw.url, "b", "live") != "live"  # still unheard
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(link.heal)
+        healed_at = time.monotonic()
+        live_at = await wait_field(gw.url, "b", "live", "live", timeout=30)
+        await asyncio.sleep(1.0)
+        done.set()
+        await driver
+        _not_served_between(tally, "b", silent_at + 0.3, healed_at)
+        _not_served_between(tally, "b", healed_at, live_at - 0.3)
+
+    try:
+        with running(gw, op_b, a, b):
+            asyncio.run(asyncio.wait_for(scenario(), 90))
+    finally:
+        for op in ops:
+            op.stop()
+        link.close()
+    _report(tally, "loopback fault proxy (operator to operator)")
+    _no_hangs(tally)
+    assert sum(tally.failed.values()) == 0 and not tally.refused, tally
+    assert tally.by_site["a"] > 0 and tally.by_site["b"] > 0
+
+
+def test_proxy_fallback_partition_works_without_namespaces(tmp_path: Path) -> None:
+    """The fallback mechanism itself, run even where namespaces work."""
+    link = ProxyLink(9)
+    try:
+        a, url_a = fake_site(Loopback(), "a")  # type: ignore[arg-type]
+        b, url_b = fake_site(link, "b")
+        gw = gateway(tmp_path, {"a": url_a, "b": url_b})
+        tally = Tally("site partitioned (loopback proxy), then returned")
+
+        async def scenario() -> None:
+            done = asyncio.Event()
+            driver = asyncio.create_task(load(gw.url, tally, done, concurrency=4))
+            await wait_health(gw.url, "b", "up")
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(link.cut)
+            await wait_health(gw.url, "b", "down")
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(link.heal)
+            await wait_health(gw.url, "b", "up")
+            await asyncio.sleep(0.5)
+            done.set()
+            await driver
+
+        with running(gw, a, b):
+            asyncio.run(asyncio.wait_for(scenario(), 60))
+    finally:
+        link.close()
+    _report(tally, "loopback fault proxy")
+    _no_hangs(tally)
+    assert sum(tally.failed.values()) == 0, tally
