@@ -53,7 +53,8 @@ class Process:
                     self.url = "http://" + m.group(1)
                     found.set()
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         if not found.wait(timeout):
             self.kill()
             raise AssertionError("no 'listening on' line:\n" + "".join(self.lines))
@@ -66,6 +67,12 @@ class Process:
         if self.popen.poll() is None:
             self.popen.kill()
         self.popen.wait(10)
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        self._pump.join(5)
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
 
     def stop(self) -> None:
         if self.popen.poll() is None:
@@ -75,6 +82,7 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(10)
+        self._close_pipe()
 
 
 def fake_site(link: NetnsLink | ProxyLink, name: str, *extra: str) -> tuple[Process, str]:

@@ -61,6 +61,7 @@ def test_sigterm_drains_without_resetting_kept_alive_clients(tmp_path: Path) -> 
                 r = _post(conn, {**CHAT, "stream": True, "max_tokens": 30})
                 streamed["status"] = r.status
                 streamed["body"] = r.read().decode()
+                conn.close()
 
             t = threading.Thread(target=stream)
             t.start()
