@@ -28,6 +28,9 @@ class _Tracked:
     learned: ceil.CeilingState
     liveness: Liveness | None = None
     full_since: float | None = None
+    loaded_at: float | None = None
+    """Newest sample that carried load. Liveness is judged on it, so readiness-only
+    samples (a failed scrape) keep a site neither idle nor live past the window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +175,12 @@ class GridState:
             new = 0
             for smp in sorted(by_key.get(cand.key, ()), key=lambda x: x.at):
                 if tr.window.add(smp):
-                    new += 1
                     newest = tr.window.newest
                     assert newest is not None
+                    if newest.in_flight is None:
+                        continue  # readiness only: no load to learn or to smooth
+                    new += 1
+                    tr.loaded_at = newest.at
                     tr.learned = ceil.teach(tr.learned, newest, s)
             tr.window.prune(lookback)
             reading = tr.window.reading(s.queue_full)
@@ -184,8 +190,8 @@ class GridState:
         for cand, _tr, reading, _new in pending:
             if reading is not None and reading.latest_in_flight is not None:
                 polled_total += reading.latest_in_flight
-                if own is not None:
-                    own_total += own.at(cand.key, reading.sampled_at)
+                if own is not None and reading.loaded_at is not None:
+                    own_total += own.at(cand.key, reading.loaded_at)
         share = (
             1.0
             if polled_total <= 0
@@ -242,10 +248,13 @@ class GridState:
                 budget=0.0,
             )
         judge = rounds.get(cand.site)
+        # Judged on the newest sample with load: a site whose scrapes fail goes silent one
+        # window after its last load, as the seed says, not after the operator's stale period.
+        heard = tr.loaded_at if tr.loaded_at is not None else reading.sampled_at
         if tr.liveness is None:
-            tr.liveness = first_seen(reading.sampled_at, judge, window_s)
+            tr.liveness = first_seen(heard, judge, window_s)
         else:
-            tr.liveness = step(tr.liveness, reading.sampled_at, judge, window_s)
+            tr.liveness = step(tr.liveness, heard, judge, window_s)
         learned = tr.learned
         learning = reading.generation is not None and learned.generation == reading.generation
         soft = learned.soft if learning else None
@@ -270,15 +279,24 @@ class GridState:
             tr.full_since = now
         full = tr.full_since is not None and now - tr.full_since >= s.full_after_ms / 1000.0
         relieved = not congested
-        latest = reading.latest_in_flight or 0.0
-        room_ceiling = ceil.kv_bounded(ceiling, latest, reading.latest_kv_usage, s.kv_full)
-        own_s = own.at(cand.key, reading.sampled_at) if own is not None else 0
-        base = max(latest - own_s, 0.0)
-        free = max(room_ceiling - latest, 0.0)
-        # Over-full at the sample: keep only this gateway's proportional part of the
-        # ceiling, so its queued requests finishing do not read as room to refill.
-        held = own_s if latest <= room_ceiling else room_ceiling * own_s / latest
-        budget = held + free * share
+        latest = reading.latest_in_flight
+        loaded_at = reading.loaded_at
+        own_s = own.at(cand.key, loaded_at) if own is not None and loaded_at is not None else 0
+        if latest is None:
+            # Missing is unknown, never zero: no room, no rho, nothing to borrow.
+            room_ceiling = ceiling
+            base = 0.0
+            free = 0.0
+            budget = 0.0
+            rho = None
+        else:
+            room_ceiling = ceil.kv_bounded(ceiling, latest, reading.latest_kv_usage, s.kv_full)
+            base = max(latest - own_s, 0.0)
+            free = max(room_ceiling - latest, 0.0)
+            # Over-full at the sample: keep only this gateway's proportional part of the
+            # ceiling, so its queued requests finishing do not read as room to refill.
+            held = own_s if latest <= room_ceiling else room_ceiling * own_s / latest
+            budget = held + free * share
         return SiteView(
             candidate=cand,
             index=index,
@@ -295,13 +313,14 @@ class GridState:
             room_ceiling=room_ceiling,
             full=full,
             relieved=relieved,
-            sampled_at=reading.sampled_at,
+            sampled_at=reading.sampled_at if loaded_at is None else loaded_at,
             base=base,
             own_at_sample=own_s,
             budget=budget,
             share=share,
             spare=free * share,
             is_queued=reading.queued is not None and reading.queued > 0.0,
+            loaded=latest is not None,
         )
 
     def _latch(self, views: tuple[SiteView, ...], now: float) -> None:
