@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from gridroute.core import ceiling as ceil
 from gridroute.core.accounting import OwnLoad
 from gridroute.core.candidate import Candidate, Health
+from gridroute.core.gateway_load import ExternalEstimate, GatewayLoad
 from gridroute.core.liveness import Live, Liveness, first_seen, step
 from gridroute.core.sample import Sample
 from gridroute.core.settings import AvailabilitySettings
@@ -122,6 +123,10 @@ class GridState:
         self._tracked: dict[str, _Tracked] = {}
         self._shed: set[str] = set()
         self._last: Snapshot | None = None
+        self._gateways: GatewayLoad | None = None
+        self._external = ExternalEstimate(self.settings.external_load_tau_ms / 1000.0)
+        self.external = 0.0
+        """Polled in-flight that no gateway reported (smoothed), as of the last refresh."""
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -139,6 +144,7 @@ class GridState:
         self.models = tuple(models)
         keys = {c.key for c in self.candidates}
         self._tracked = {k: t for k, t in self._tracked.items() if k in keys}
+        self._external.tau_s = settings.external_load_tau_ms / 1000.0
         if not settings.shedding:
             self._shed.clear()
 
@@ -149,13 +155,20 @@ class GridState:
         now: float,
         health: Mapping[str, Health] | None = None,
         own: OwnLoad | None = None,
+        gateways: GatewayLoad | None = None,
     ) -> Snapshot:
         """Fold in `samples` and build the snapshot requests will read.
 
         `rounds[site]` is the judgement time for that site: for a peer, the end of its
         operator's last poll round that tried it; for the local site, the time of this
-        read of the operator. A site missing from `rounds` is not judged.
+        read of the operator. A site missing from `rounds` is not judged. `gateways` is
+        what every gateway reported in flight (kept until the next one is given); the
+        fair share is computed among gateways when it is known.
         """
+        if gateways is not None:
+            self._gateways = gateways
+        elif self._gateways is None:
+            self.external = 0.0
         s = self.settings
         health = health or {}
         keys = {c.key for c in self.candidates}
@@ -192,11 +205,18 @@ class GridState:
                 polled_total += reading.latest_in_flight
                 if own is not None and reading.loaded_at is not None:
                     own_total += own.at(cand.key, reading.loaded_at)
-        share = (
-            1.0
-            if polled_total <= 0
-            else max(min(own_total / polled_total, 1.0), s.fair_share_floor)
-        )
+        if gateways is not None:
+            reported = gateways.total(c.key for c in self.candidates)
+            self.external = self._external.update(polled_total - reported, now)
+        # This gateway's part of the polled load that some gateway sent (module
+        # gateway_load): load from outside the gateways neither herds nor shrinks a share.
+        ours = polled_total - self.external
+        if ours > 0:
+            share = max(min(own_total / ours, 1.0), s.fair_share_floor)
+        elif polled_total > 0 and self._gateways is not None and self._gateways.gateways > 1:
+            share = 1.0 / self._gateways.gateways  # only external load: split the room
+        else:
+            share = 1.0
         for index, (cand, tr, reading, new) in enumerate(pending):
             views.append(
                 self._view(cand, index, tr, reading, new, rounds, now, health, own, share, window_s)

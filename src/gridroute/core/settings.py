@@ -57,6 +57,10 @@ class AvailabilitySettings(BaseModel):
     """Smallest share of a site's free room a gateway may claim (so a new gateway is not
     starved by a share measured while it sent nothing)."""
 
+    external_load_tau_ms: int = Field(10_000, gt=0)
+    """gridroute fair share: time constant of the estimate of load that no gateway sent
+    (polled in-flight minus what every gateway reported), which the share leaves out."""
+
     @model_validator(mode="after")
     def _hysteresis_ordered(self) -> AvailabilitySettings:
         if self.route_below_rho > self.shed_above_rho:
