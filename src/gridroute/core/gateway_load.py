@@ -16,8 +16,11 @@ external; the share is taken among the rest:
 `external` is the smoothed difference polled - reported (`ExternalEstimate`): reports
 from other sites lag a poll or two, and an unsmoothed difference read that lag as
 external load and let every gateway claim too much at once (measured: 14-155
-overshoot at 4 gateways, 256 clients, against 0). Without reports (an operator that
-relays none) external is 0: the share is this gateway's part of all polled load.
+overshoot at 4 gateways, 256 clients, against 0). A gateway that has been the only
+one reporting for a whole freshness window has nothing lagging behind: everything it
+did not send is external, at once, and its share is 1 (the seed's rule on counted
+load). Without reports (an operator that relays none) external is 0: the share is
+this gateway's part of all polled load.
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ class ExternalEstimate:
             self.value += (raw - self.value) * (1.0 - math.exp(-dt / self.tau_s))
         self.at = now
         return max(self.value, 0.0)
+
+    def reset(self, raw: float, now: float) -> float:
+        """Take `raw` as exact (nothing lags behind it); the estimate (never below 0)."""
+        self.value, self.at = raw, now
+        return max(raw, 0.0)
 
 
 def combine(

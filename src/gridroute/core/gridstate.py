@@ -125,6 +125,7 @@ class GridState:
         self._last: Snapshot | None = None
         self._gateways: GatewayLoad | None = None
         self._external = ExternalEstimate(self.settings.external_load_tau_ms / 1000.0)
+        self._alone_since: float | None = None
         self.external = 0.0
         """Polled in-flight that no gateway reported (smoothed), as of the last refresh."""
 
@@ -206,8 +207,17 @@ class GridState:
                 if own is not None and reading.loaded_at is not None:
                     own_total += own.at(cand.key, reading.loaded_at)
         if gateways is not None:
-            reported = gateways.total(c.key for c in self.candidates)
-            self.external = self._external.update(polled_total - reported, now)
+            if gateways.gateways > 1:
+                self._alone_since = None
+            elif self._alone_since is None:
+                self._alone_since = now
+            if self._alone_since is not None and now - self._alone_since >= window_s:
+                # The only gateway for a whole window (no other's report can still be on
+                # its way): whatever it did not send is external, exactly and at once.
+                self.external = self._external.reset(polled_total - own_total, now)
+            else:
+                reported = gateways.total(c.key for c in self.candidates)
+                self.external = self._external.update(polled_total - reported, now)
         # This gateway's part of the polled load that some gateway sent (module
         # gateway_load): load from outside the gateways neither herds nor shrinks a share.
         ours = polled_total - self.external

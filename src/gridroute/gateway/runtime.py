@@ -24,6 +24,7 @@ from gridroute.gateway.backends import Backends, ssl_context
 from gridroute.gateway.config import GatewayConfig, OperatorLink, load_config
 from gridroute.gateway.current import CurrentGrid
 from gridroute.gateway.health import HealthProber
+from gridroute.gateway.load_report import LoadReport, gateway_id
 from gridroute.gateway.metrics import GatewayMetrics
 from gridroute.gateway.routing import build_routing
 from gridroute.gateway.shedding_state import SheddingState
@@ -138,7 +139,13 @@ class Gateway:
             interval_s = op.poll_interval_s
         else:
             return
-        self.signals = SignalsLoop(source, lambda: self.current, self.cfg.local_site, interval_s)
+        report = None
+        if isinstance(source, SignalsClient):  # the real poll carries the load report
+            report = LoadReport(lambda: self.current, gateway_id(self.worker), self.cfg.local_site)
+            source.extra_headers = report.headers
+        self.signals = SignalsLoop(
+            source, lambda: self.current, self.cfg.local_site, interval_s, report
+        )
         self._tasks.append(asyncio.create_task(self.signals.run(), name="signals"))
 
     async def stop(self) -> None:

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from gridroute.core import Sample
 from gridroute.gateway.current import CurrentGrid
+from gridroute.gateway.load_report import LoadReport
 from gridroute.relay.poller import PollOutcome, PollResult
 
 log = logging.getLogger("gridroute.gateway")
@@ -38,9 +39,12 @@ class SignalsLoop:
         current: Callable[[], CurrentGrid],
         local_site: str | None,
         interval_s: float,
+        report: LoadReport | None = None,
     ) -> None:
         self.source = source
         self._current = current
+        self.report = report
+        """This worker's load report (sent with each poll), when the source takes one."""
         self.local_site = local_site
         self.interval_s = interval_s
         self.completed = 0
@@ -62,7 +66,9 @@ class SignalsLoop:
         if self.local_site is not None:
             rounds[self.local_site] = outcome.ended_at
         self._note_undelivered(current, rounds, decoded.samples)
-        current.refresh(decoded.samples, rounds, current.clock())
+        now = current.clock()
+        gateways = None if self.report is None else self.report.load(decoded, now)
+        current.refresh(decoded.samples, rounds, now, gateways)
 
     def _note_undelivered(
         self, current: CurrentGrid, rounds: dict[str, float | None], samples: Sequence[Sample]

@@ -25,6 +25,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gridroute.operator.config import OperatorConfig
+from gridroute.operator.gateway_reports import GatewayReports
 from gridroute.operator.learning import ProviderLearning
 from gridroute.operator.metrics import OperatorMetrics
 from gridroute.operator.peer_rounds import POLL_GIVE_UP_ROUNDS, PeerRounds, SkipMetrics
@@ -38,6 +39,9 @@ from gridroute.relay.poller import PollLimits, SignalsClient
 from gridroute.wire.identity import spiffe_id
 
 log = logging.getLogger(__name__)
+
+REPORT_WINDOW_S = 5.0
+"""A gateway report (or a peer's relayed sum) older than this drops out of the sums."""
 
 
 class Operator:
@@ -60,6 +64,8 @@ class Operator:
             retain_latest_s=config.retain_latest_seconds,
             on_cut=self._count_cut,
         )
+        self.gateway_reports = GatewayReports(config.site, window_s=REPORT_WINDOW_S)
+        """In-flight reported by this site's gateways, and peers' sums of theirs."""
         self.scrapers = [
             ProviderScraper(config.site, p, metrics=self.metrics, clock=clock)
             for p in config.providers
@@ -199,7 +205,17 @@ class Operator:
         """One peer round (`PeerRounds`): rows stored as each poll completes."""
         if not self.peers:
             return
+<<<<<<< HEAD
         await self.peer_rounds.round()
+=======
+        outcomes = await poll_all(self.peers)
+        for outcome in outcomes:
+            if outcome.decoded is not None:
+                self.store.add_peer(outcome.target, outcome.decoded.received)
+                sums = outcome.decoded.gateways.get(outcome.target)
+                self.gateway_reports.peer(outcome.target, sums)
+            self.store.round_end(outcome.target, outcome.ended_at)
+>>>>>>> eb2f590 (gateway reports its own in-flight on each operator poll (x-grid-gateway, x-grid-in-flight); operators relay per-site gateway sums in /signals (grid_gateways_reporting, grid_gateway_in_flight); a gateway alone for a window takes all non-own load as external at once; fake server: /admin/external and /admin/metrics; e2e: external load and failing metrics on real processes)
         self.rounds += 1
 
     # --- status ---------------------------------------------------------------------

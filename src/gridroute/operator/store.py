@@ -31,6 +31,7 @@ from gridroute.wire.signals import (
     RELAY_BUDGET_BYTES,
     Cut,
     Encoded,
+    GatewaySums,
     Store,
     encode_relay,
 )
@@ -170,7 +171,14 @@ class RelayStore:
     def round_ends(self) -> dict[str, float]:
         return dict(self._round_ends)
 
-    def encode(self, now: float, *, own_only: bool = False, latest_only: bool = False) -> Encoded:
+    def encode(
+        self,
+        now: float,
+        *,
+        own_only: bool = False,
+        latest_only: bool = False,
+        gateways: Mapping[str, GatewaySums] | None = None,
+    ) -> Encoded:
         """The /signals body; rebuilt only when rows changed or a second has passed.
 
         `own_only` is what peers ask for (rows about this site, no round ends: a peer
@@ -179,13 +187,20 @@ class RelayStore:
         """
         self.prune(now)
         cached = self._cache.get((own_only, latest_only))
-        if cached is not None and cached[0] == self.version and cached[1] == int(now):
+        if (
+            not gateways
+            and cached is not None
+            and cached[0] == self.version
+            and cached[1] == int(now)
+        ):
             return cached[2]
         histories = self.histories(own_only=own_only)
         if latest_only:
             histories = [h[-1:] for h in histories]
         ends = {} if own_only else self._round_ends
-        encoded = encode_relay(histories, ends, local_site=self.site, budget=self.budget)
+        encoded = encode_relay(
+            histories, ends, local_site=self.site, budget=self.budget, gateways=gateways
+        )
         self._cache[(own_only, latest_only)] = (self.version, int(now), encoded)
         if encoded.cut and self._on_cut is not None:
             self._on_cut(encoded.cut)

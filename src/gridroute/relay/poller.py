@@ -26,7 +26,7 @@ import email.utils
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -246,6 +246,8 @@ class SignalsClient:
         self._clock = clock
         self._log = logger
         self._session: aiohttp.ClientSession | None = None
+        self.extra_headers: Callable[[], Mapping[str, str]] | None = None
+        """Headers for each poll, built just before it is sent (a gateway's load report)."""
 
     async def close(self) -> None:
         if self._session is not None:
@@ -296,9 +298,14 @@ class SignalsClient:
 
     async def _fetch(self) -> tuple[Decoded, int]:
         session = self._session_for_loop()
+<<<<<<< HEAD
         cursor, self.cursor = self.cursor, None  # kept only if this poll succeeds
         url = self.url if cursor is None else self._url_with(cursor)
         async with session.get(url) as resp:
+=======
+        headers = None if self.extra_headers is None else self.extra_headers()
+        async with session.get(self.url, headers=headers) as resp:
+>>>>>>> eb2f590 (gateway reports its own in-flight on each operator poll (x-grid-gateway, x-grid-in-flight); operators relay per-site gateway sums in /signals (grid_gateways_reporting, grid_gateway_in_flight); a gateway alone for a window takes all non-own load as external at once; fake server: /admin/external and /admin/metrics; e2e: external load and failing metrics on real processes)
             if resp.status in (401, 403):
                 raise _Refused(PollResult.UNAUTHORIZED, f"HTTP {resp.status}")
             if resp.status != 200:
