@@ -24,16 +24,20 @@ class LivenessMachine(RuleBasedStateMachine):
         self.live: Live | None = None
         self.was_silent = False
         self.since_silent: list[float] = []
+        self.loaded_ever = False
 
     def _refresh(self, sample: bool, loaded: bool = True) -> None:
         rows = []
         if sample:
             running = 1.0 if loaded else None
             rows.append(Sample("s", "p", self.now, running=running, waiting=0.0, ready=1.0))
-            if loaded:
+            # Liveness hears samples with load; a site that never published load is
+            # heard by its readiness alone (it has no load to go silent from).
+            if loaded or not self.loaded_ever:
                 self.samples.append(self.now)
                 if self.was_silent:
                     self.since_silent.append(self.now)
+            self.loaded_ever = self.loaded_ever or loaded
         snap = self.state.refresh(rows, {"s": self.now}, self.now)
         view = snap.views[0]
         self.live = view.live
