@@ -3,15 +3,11 @@
 `GET /signals` serves every row this operator knows (own providers, peers' accepted
 rows, each peer's last poll-round end) with a `Date` header from the operator's
 clock. Query parameters: `scope=own` (what peers ask for: only this site's rows),
-<<<<<<< HEAD
 `latest=1` (one sample per provider: a strictly valid Prometheus exposition),
 `since=CURSOR` with `scope=own` (only rows appended after the cursor that the
-`X-Grid-Cursor` header of an earlier answer named: a delta poll).
-=======
-`latest=1` (one sample per provider: a strictly valid Prometheus exposition).
-A gateway's poll carries its own in-flight (`wire.gateway_report` headers); the body
-relays every site's gateway sums beside the rows.
->>>>>>> eb2f590 (gateway reports its own in-flight on each operator poll (x-grid-gateway, x-grid-in-flight); operators relay per-site gateway sums in /signals (grid_gateways_reporting, grid_gateway_in_flight); a gateway alone for a window takes all non-own load as external at once; fake server: /admin/external and /admin/metrics; e2e: external load and failing metrics on real processes)
+`X-Grid-Cursor` header of an earlier answer named: a delta poll). A gateway's poll
+carries its own in-flight (`wire.gateway_report` headers); every body relays the
+gateway sums it knows beside the rows (a delta poll: this site's).
 """
 
 from __future__ import annotations
@@ -22,18 +18,14 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-<<<<<<< HEAD
 from gridroute.operator.capacity import register as register_capacity
-from gridroute.wire.signals import CONTENT_TYPE, CURSOR_HEADER, TIME_HEADER
-=======
 from gridroute.wire.gateway_report import (
     GATEWAY_HEADER,
     IN_FLIGHT_HEADER,
     parse_in_flight,
     valid_gateway_id,
 )
-from gridroute.wire.signals import CONTENT_TYPE, TIME_HEADER
->>>>>>> eb2f590 (gateway reports its own in-flight on each operator poll (x-grid-gateway, x-grid-in-flight); operators relay per-site gateway sums in /signals (grid_gateways_reporting, grid_gateway_in_flight); a gateway alone for a window takes all non-own load as external at once; fake server: /admin/external and /admin/metrics; e2e: external load and failing metrics on real processes)
+from gridroute.wire.signals import CONTENT_TYPE, CURSOR_HEADER, TIME_HEADER
 
 if TYPE_CHECKING:
     from gridroute.operator.service import Operator
@@ -46,13 +38,6 @@ async def signals(request: web.Request) -> web.Response:
     now = op.clock()
     own_only = request.query.get("scope") == "own"
     latest_only = request.query.get("latest") in ("1", "true")
-<<<<<<< HEAD
-    after = op.store.rows_after(request.query.get("since")) if own_only else None
-    if after is not None:
-        encoded = op.store.encode_since(now, after)
-    else:
-        encoded = op.store.encode(now, own_only=own_only, latest_only=latest_only)
-=======
     gateway = request.headers.get(GATEWAY_HEADER)
     report = request.headers.get(IN_FLIGHT_HEADER)
     if report is not None and valid_gateway_id(gateway):
@@ -61,8 +46,13 @@ async def signals(request: web.Request) -> web.Response:
             assert gateway is not None
             op.gateway_reports.record(gateway, counts, now)
     gateways = op.gateway_reports.rows(now, own_only=own_only)
-    encoded = op.store.encode(now, own_only=own_only, latest_only=latest_only, gateways=gateways)
->>>>>>> eb2f590 (gateway reports its own in-flight on each operator poll (x-grid-gateway, x-grid-in-flight); operators relay per-site gateway sums in /signals (grid_gateways_reporting, grid_gateway_in_flight); a gateway alone for a window takes all non-own load as external at once; fake server: /admin/external and /admin/metrics; e2e: external load and failing metrics on real processes)
+    after = op.store.rows_after(request.query.get("since")) if own_only else None
+    if after is not None:
+        encoded = op.store.encode_since(now, after, gateways=gateways)
+    else:
+        encoded = op.store.encode(
+            now, own_only=own_only, latest_only=latest_only, gateways=gateways
+        )
     headers = {
         "Date": email.utils.formatdate(now, usegmt=True),
         TIME_HEADER: f"{now:.3f}",

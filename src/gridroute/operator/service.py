@@ -35,7 +35,7 @@ from gridroute.operator.store import RelayStore
 from gridroute.operator.tls import client_context, server_context
 from gridroute.relay.nats_link import Transport
 from gridroute.relay.nats_publisher import NatsPublisher, PublishMetrics
-from gridroute.relay.poller import PollLimits, SignalsClient
+from gridroute.relay.poller import PollLimits, PollOutcome, SignalsClient
 from gridroute.wire.identity import spiffe_id
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,7 @@ class Operator:
             clock=clock,
             metrics=SkipMetrics(self.metrics.registry),
         )
+        self.peer_rounds.on_decoded = self._peer_gateways
         nats = config.signals.nats if config.signals.transport is Transport.NATS else None
         self.publisher = (
             NatsPublisher(
@@ -201,21 +202,16 @@ class Operator:
             own = self.store.encode(self.clock(), own_only=True, latest_only=True)
             await self.publisher.publish(own.body)
 
+    def _peer_gateways(self, outcome: PollOutcome) -> None:
+        """Keep what a peer relayed of its gateways' in-flight (fair share among gateways)."""
+        if outcome.decoded is not None:
+            self.gateway_reports.peer(outcome.target, outcome.decoded.gateways.get(outcome.target))
+
     async def poll_round(self) -> None:
         """One peer round (`PeerRounds`): rows stored as each poll completes."""
         if not self.peers:
             return
-<<<<<<< HEAD
         await self.peer_rounds.round()
-=======
-        outcomes = await poll_all(self.peers)
-        for outcome in outcomes:
-            if outcome.decoded is not None:
-                self.store.add_peer(outcome.target, outcome.decoded.received)
-                sums = outcome.decoded.gateways.get(outcome.target)
-                self.gateway_reports.peer(outcome.target, sums)
-            self.store.round_end(outcome.target, outcome.ended_at)
->>>>>>> eb2f590 (gateway reports its own in-flight on each operator poll (x-grid-gateway, x-grid-in-flight); operators relay per-site gateway sums in /signals (grid_gateways_reporting, grid_gateway_in_flight); a gateway alone for a window takes all non-own load as external at once; fake server: /admin/external and /admin/metrics; e2e: external load and failing metrics on real processes)
         self.rounds += 1
 
     # --- status ---------------------------------------------------------------------

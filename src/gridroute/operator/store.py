@@ -158,11 +158,16 @@ class RelayStore:
             return None
         return int(seq)
 
-    def encode_since(self, now: float, after: int) -> Encoded:
-        """This site's own rows appended after sequence `after` (what a delta poll gets)."""
+    def encode_since(
+        self, now: float, after: int, *, gateways: Mapping[str, GatewaySums] | None = None
+    ) -> Encoded:
+        """This site's own rows appended after sequence `after` (what a delta poll gets),
+        with its gateways' sums (always whole: they are not rows with a sequence)."""
         self.prune(now)
         histories = self.histories(own_only=True, after=after)
-        return encode_relay(histories, {}, local_site=self.site, budget=self.budget)
+        return encode_relay(
+            histories, {}, local_site=self.site, budget=self.budget, gateways=gateways
+        )
 
     def latest(self) -> dict[str, Sample]:
         return {f"{k[0]}/{k[1]}": h[-1][1] for k, h in self._histories.items()}

@@ -298,14 +298,10 @@ class SignalsClient:
 
     async def _fetch(self) -> tuple[Decoded, int]:
         session = self._session_for_loop()
-<<<<<<< HEAD
         cursor, self.cursor = self.cursor, None  # kept only if this poll succeeds
         url = self.url if cursor is None else self._url_with(cursor)
-        async with session.get(url) as resp:
-=======
         headers = None if self.extra_headers is None else self.extra_headers()
-        async with session.get(self.url, headers=headers) as resp:
->>>>>>> eb2f590 (gateway reports its own in-flight on each operator poll (x-grid-gateway, x-grid-in-flight); operators relay per-site gateway sums in /signals (grid_gateways_reporting, grid_gateway_in_flight); a gateway alone for a window takes all non-own load as external at once; fake server: /admin/external and /admin/metrics; e2e: external load and failing metrics on real processes)
+        async with session.get(url, headers=headers) as resp:
             if resp.status in (401, 403):
                 raise _Refused(PollResult.UNAUTHORIZED, f"HTTP {resp.status}")
             if resp.status != 200:
