@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_select.py
 	$(BIN)/python bench/bench_signals.py
 	$(BIN)/python bench/bench_sim.py
+	$(BIN)/python bench/bench_worlds.py
 	$(BIN)/python bench/bench_fleet.py
 
 clean:

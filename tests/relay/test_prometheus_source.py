@@ -94,7 +94,7 @@ def test_each_failure_has_its_result_and_a_good_answer_is_read() -> None:
         }
         assert counted == {  # every result exposed, the ones that happened counted
             "ok": 1.0, "unreachable": 2.0, "unauthorized": 1.0, "too_large": 1.0,
-            "no_date": 0.0, "bad_identity": 0.0,
+            "no_date": 0.0, "bad_identity": 0.0, "undecodable": 0.0,
         }  # fmt: skip
 
     run(scenario)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from gridroute.core import ceiling as ceil
 from gridroute.core.accounting import OwnLoad
 from gridroute.core.candidate import Candidate, Health
+from gridroute.core.gateway_load import ExternalEstimate, GatewayLoad
 from gridroute.core.liveness import Live, Liveness, first_seen, step
 from gridroute.core.sample import Sample
 from gridroute.core.settings import AvailabilitySettings
@@ -28,6 +29,9 @@ class _Tracked:
     learned: ceil.CeilingState
     liveness: Liveness | None = None
     full_since: float | None = None
+    loaded_at: float | None = None
+    """Newest sample that carried load. Liveness is judged on it, so readiness-only
+    samples (a failed scrape) keep a site neither idle nor live past the window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,11 @@ class GridState:
         self._tracked: dict[str, _Tracked] = {}
         self._shed: set[str] = set()
         self._last: Snapshot | None = None
+        self._gateways: GatewayLoad | None = None
+        self._external = ExternalEstimate(self.settings.external_load_tau_ms / 1000.0)
+        self._alone_since: float | None = None
+        self.external = 0.0
+        """Polled in-flight that no gateway reported (smoothed), as of the last refresh."""
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -136,6 +145,7 @@ class GridState:
         self.models = tuple(models)
         keys = {c.key for c in self.candidates}
         self._tracked = {k: t for k, t in self._tracked.items() if k in keys}
+        self._external.tau_s = settings.external_load_tau_ms / 1000.0
         if not settings.shedding:
             self._shed.clear()
 
@@ -146,13 +156,20 @@ class GridState:
         now: float,
         health: Mapping[str, Health] | None = None,
         own: OwnLoad | None = None,
+        gateways: GatewayLoad | None = None,
     ) -> Snapshot:
         """Fold in `samples` and build the snapshot requests will read.
 
         `rounds[site]` is the judgement time for that site: for a peer, the end of its
         operator's last poll round that tried it; for the local site, the time of this
-        read of the operator. A site missing from `rounds` is not judged.
+        read of the operator. A site missing from `rounds` is not judged. `gateways` is
+        what every gateway reported in flight (kept until the next one is given); the
+        fair share is computed among gateways when it is known.
         """
+        if gateways is not None:
+            self._gateways = gateways
+        elif self._gateways is None:
+            self.external = 0.0
         s = self.settings
         health = health or {}
         keys = {c.key for c in self.candidates}
@@ -172,9 +189,12 @@ class GridState:
             new = 0
             for smp in sorted(by_key.get(cand.key, ()), key=lambda x: x.at):
                 if tr.window.add(smp):
-                    new += 1
                     newest = tr.window.newest
                     assert newest is not None
+                    if newest.in_flight is None:
+                        continue  # readiness only: no load to learn or to smooth
+                    new += 1
+                    tr.loaded_at = newest.at
                     tr.learned = ceil.teach(tr.learned, newest, s)
             tr.window.prune(lookback)
             reading = tr.window.reading(s.queue_full)
@@ -184,13 +204,29 @@ class GridState:
         for cand, _tr, reading, _new in pending:
             if reading is not None and reading.latest_in_flight is not None:
                 polled_total += reading.latest_in_flight
-                if own is not None:
-                    own_total += own.at(cand.key, reading.sampled_at)
-        share = (
-            1.0
-            if polled_total <= 0
-            else max(min(own_total / polled_total, 1.0), s.fair_share_floor)
-        )
+                if own is not None and reading.loaded_at is not None:
+                    own_total += own.at(cand.key, reading.loaded_at)
+        if gateways is not None:
+            if gateways.gateways > 1:
+                self._alone_since = None
+            elif self._alone_since is None:
+                self._alone_since = now
+            if self._alone_since is not None and now - self._alone_since >= window_s:
+                # The only gateway for a whole window (no other's report can still be on
+                # its way): whatever it did not send is external, exactly and at once.
+                self.external = self._external.reset(polled_total - own_total, now)
+            else:
+                reported = gateways.total(c.key for c in self.candidates)
+                self.external = self._external.update(polled_total - reported, now)
+        # This gateway's part of the polled load that some gateway sent (module
+        # gateway_load): load from outside the gateways neither herds nor shrinks a share.
+        ours = polled_total - self.external
+        if ours > 0:
+            share = max(min(own_total / ours, 1.0), s.fair_share_floor)
+        elif polled_total > 0 and self._gateways is not None and self._gateways.gateways > 1:
+            share = 1.0 / self._gateways.gateways  # only external load: split the room
+        else:
+            share = 1.0
         for index, (cand, tr, reading, new) in enumerate(pending):
             views.append(
                 self._view(cand, index, tr, reading, new, rounds, now, health, own, share, window_s)
@@ -242,10 +278,13 @@ class GridState:
                 budget=0.0,
             )
         judge = rounds.get(cand.site)
+        # Judged on the newest sample with load: a site whose scrapes fail goes silent one
+        # window after its last load, as the seed says, not after the operator's stale period.
+        heard = tr.loaded_at if tr.loaded_at is not None else reading.sampled_at
         if tr.liveness is None:
-            tr.liveness = first_seen(reading.sampled_at, judge, window_s)
+            tr.liveness = first_seen(heard, judge, window_s)
         else:
-            tr.liveness = step(tr.liveness, reading.sampled_at, judge, window_s)
+            tr.liveness = step(tr.liveness, heard, judge, window_s)
         learned = tr.learned
         learning = reading.generation is not None and learned.generation == reading.generation
         soft = learned.soft if learning else None
@@ -270,15 +309,24 @@ class GridState:
             tr.full_since = now
         full = tr.full_since is not None and now - tr.full_since >= s.full_after_ms / 1000.0
         relieved = not congested
-        latest = reading.latest_in_flight or 0.0
-        room_ceiling = ceil.kv_bounded(ceiling, latest, reading.latest_kv_usage, s.kv_full)
-        own_s = own.at(cand.key, reading.sampled_at) if own is not None else 0
-        base = max(latest - own_s, 0.0)
-        free = max(room_ceiling - latest, 0.0)
-        # Over-full at the sample: keep only this gateway's proportional part of the
-        # ceiling, so its queued requests finishing do not read as room to refill.
-        held = own_s if latest <= room_ceiling else room_ceiling * own_s / latest
-        budget = held + free * share
+        latest = reading.latest_in_flight
+        loaded_at = reading.loaded_at
+        own_s = own.at(cand.key, loaded_at) if own is not None and loaded_at is not None else 0
+        if latest is None:
+            # Missing is unknown, never zero: no room, no rho, nothing to borrow.
+            room_ceiling = ceiling
+            base = 0.0
+            free = 0.0
+            budget = 0.0
+            rho = None
+        else:
+            room_ceiling = ceil.kv_bounded(ceiling, latest, reading.latest_kv_usage, s.kv_full)
+            base = max(latest - own_s, 0.0)
+            free = max(room_ceiling - latest, 0.0)
+            # Over-full at the sample: keep only this gateway's proportional part of the
+            # ceiling, so its queued requests finishing do not read as room to refill.
+            held = own_s if latest <= room_ceiling else room_ceiling * own_s / latest
+            budget = held + free * share
         return SiteView(
             candidate=cand,
             index=index,
@@ -295,13 +343,14 @@ class GridState:
             room_ceiling=room_ceiling,
             full=full,
             relieved=relieved,
-            sampled_at=reading.sampled_at,
+            sampled_at=reading.sampled_at if loaded_at is None else loaded_at,
             base=base,
             own_at_sample=own_s,
             budget=budget,
             share=share,
             spare=free * share,
             is_queued=reading.queued is not None and reading.queued > 0.0,
+            loaded=latest is not None,
         )
 
     def _latch(self, views: tuple[SiteView, ...], now: float) -> None:

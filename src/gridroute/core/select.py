@@ -31,6 +31,7 @@ from enum import StrEnum
 from random import Random
 
 from gridroute.core.gridstate import Snapshot
+from gridroute.core.liveness import Live
 from gridroute.core.view import ModelPlan, SiteView
 
 TWO_SITE_SHARE = (0.1, 0.9)
@@ -168,13 +169,21 @@ def _fallthrough(
     for group, path in (
         (plan.unmeasured, Path.FALLBACK),
         (plan.silent, Path.FALLBACK),
-        (plan.demoted, Path.LAST_RESORT),
     ):
         if group:
             if front_only:
                 return Decision(Outcome.ROUTE, path, group[0], refused)
             w = [plan.weights[v.key] for v in group]
             return Decision(Outcome.ROUTE, path, group[_draw(group, w, rng)], refused)
+    if plan.demoted:
+        # Demoted sites whose signals are live are a last resort by capacity; when signals
+        # and health are down everywhere the seed tries the front candidate.
+        heard = [v for v in plan.demoted if v.measured and v.live is Live.LIVE]
+        if heard and not front_only:
+            w = [plan.weights[v.key] for v in heard]
+            return Decision(Outcome.ROUTE, Path.LAST_RESORT, heard[_draw(heard, w, rng)], refused)
+        front = min(heard or plan.demoted, key=lambda v: v.index)
+        return Decision(Outcome.ROUTE, Path.LAST_RESORT, front, refused)
     if plan.front is not None:
         return Decision(Outcome.ROUTE, Path.LAST_RESORT, plan.front, refused)
     return Decision(Outcome.NO_SITE, Path.NONE, None, refused, _retry_after(rng))
@@ -231,6 +240,8 @@ def decide(
         accounting = s.local_accounting
         borrow: list[int] = []  # the site has room by the estimate, beyond this gateway's share
         for i, v in enumerate(healthy):
+            if not v.loaded:
+                continue  # no in-flight reading: no room and no rho (unknown, never zero)
             mine = counts.get(v.key, 0) if accounting else v.own_at_sample
             # Rank by this gateway's own load plus only its share of everyone else's: the
             # others' part is a poll old, and ranking on it makes gateways herd together.
@@ -247,12 +258,15 @@ def decide(
                 borrow.append(i)
         if free or queued:
             return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)
-        if s.max_queue_ms > 0 and can_hold:
+        # Holding or shedding claims that no site has room; a site without a load reading
+        # might have some, so with one in the way the overflow tiers decide like the seed.
+        known = all(v.loaded for v in healthy)
+        if known and s.max_queue_ms > 0 and can_hold:
             return Decision(Outcome.HOLD, Path.HOLD, None, refused)
         if borrow and not (s.max_queue_ms > 0 and s.queue_overflow == "shed"):
             d = _in_room(healthy, weights, rhos, borrow, rng, affinity, refused)
             return Decision(d.outcome, Path.BORROW, d.view, d.refused, None, d.rho)
-        if s.shedding or shed or (s.max_queue_ms > 0 and s.queue_overflow == "shed"):
+        if known and (s.shedding or shed or (s.max_queue_ms > 0 and s.queue_overflow == "shed")):
             return Decision(
                 Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), _retry_after(rng)
             )
@@ -266,19 +280,39 @@ def decide(
         if free or queued:
             return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)
 
-    full_refused = refused + tuple((v.site, Reason.FULL.value) for v in healthy)
     tier = [i for i in range(n) if not healthy[i].full]
     path = Path.QUEUE_TIE
     if not tier:
         tier = list(range(n))
         path = Path.SATURATED
     views = [healthy[i] for i in tier]
+    k = -1
     if affinity is not None:
-        for k, v in enumerate(views):
+        for j, v in enumerate(views):
             if v.key == affinity:
-                return Decision(Outcome.ROUTE, Path.AFFINITY, v, full_refused, None, rhos[tier[k]])
-    k = _queue_tie(views, [weights[i] for i in tier], rng)
-    return Decision(Outcome.ROUTE, path, views[k], full_refused, None, rhos[tier[k]])
+                k, path = j, Path.AFFINITY
+                break
+    if k < 0:
+        tier_weights = [weights[i] for i in tier]
+        if all(rhos[i] is None for i in tier):
+            # The seed's "missing rho uses capacity-weighted selection".
+            k, path = _draw(views, tier_weights, rng), Path.CAPACITY
+        else:
+            k = _queue_tie(views, tier_weights, rng)
+    chosen = views[k]
+    return Decision(
+        Outcome.ROUTE, path, chosen, refused + _not_chosen(healthy, chosen), None, rhos[tier[k]]
+    )
+
+
+def _not_chosen(healthy: Sequence[SiteView], chosen: SiteView) -> tuple[tuple[str, str], ...]:
+    """Why each healthy candidate other than the routed one was passed over: full, or
+    unmeasured when it had no load reading. The routed site is never counted refused."""
+    return tuple(
+        (v.site, (Reason.FULL if v.loaded else Reason.UNMEASURED).value)
+        for v in healthy
+        if v is not chosen
+    )
 
 
 def _in_room(

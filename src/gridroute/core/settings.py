@@ -69,6 +69,10 @@ class AvailabilitySettings(BaseModel):
     eject_max_ms: int = Field(60_000, gt=0)
     """The longest one ejection lasts, however often the candidate failed."""
 
+    external_load_tau_ms: int = Field(10_000, gt=0)
+    """gridroute fair share: time constant of the estimate of load that no gateway sent
+    (polled in-flight minus what every gateway reported), which the share leaves out."""
+
     @model_validator(mode="after")
     def _hysteresis_ordered(self) -> AvailabilitySettings:
         if self.route_below_rho > self.shed_above_rho:

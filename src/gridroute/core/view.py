@@ -53,6 +53,9 @@ class SiteView:
     is_queued: bool = False
     """Any work waiting in the window (a queue below `queue_full` still counts here: the
     site may have room by its ceiling, but queue-free sites go first)."""
+    loaded: bool = False
+    """Some sample in the window carries an in-flight reading. Without one the site has no
+    room and no rho (missing is unknown, never zero)."""
     key: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:

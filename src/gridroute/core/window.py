@@ -24,7 +24,10 @@ class Reading:
     in_flight: float | None
     """Worst per-instant in-flight in the look-back window; None without running series."""
     latest_in_flight: float | None
-    """In-flight of the newest sample alone (for the gateway's own-count correction)."""
+    """In-flight of the newest sample that carries load (for the gateway's own-count
+    correction); None when no sample in the window does (the load is unknown)."""
+    loaded_at: float | None
+    """Time of that sample: a readiness-only sample (a failed scrape) never moves it."""
     queued: float | None
     """Worst per-endpoint queue in the window; None when the site publishes no queue."""
     held: float | None
@@ -36,10 +39,13 @@ class Reading:
     kv_usage: float | None
     """Worst KV-cache usage in the window."""
     latest_kv_usage: float | None
-    """KV-cache usage of the newest sample alone (paired with `latest_in_flight`)."""
+    """KV-cache usage of the newest sample that carries load (paired with
+    `latest_in_flight`)."""
     capacity: float | None
     """Newest maxRunning x ready endpoints, when maxRunning is known."""
     generation: int | None
+    """Generation of the newest sample that carries load (readiness-only samples have none,
+    and must not switch learning off)."""
     unready: bool
     """The newest sample's ready endpoints is < 1."""
 
@@ -92,19 +98,21 @@ class SampleWindow:
         window = [s for s in self._samples if since is None or s.at >= since] or [newest]
         congested = [s for s in window if s.backlog(queue_full)]
         congested_running = [r for s in congested if (r := s.running_total) is not None]
+        loaded = next((s for s in reversed(window) if s.in_flight is not None), None)
         return Reading(
             key=self.key,
             sampled_at=newest.at,
             in_flight=_worst(s.in_flight for s in window),
-            latest_in_flight=newest.in_flight,
+            latest_in_flight=None if loaded is None else loaded.in_flight,
+            loaded_at=None if loaded is None else loaded.at,
             queued=_worst(s.waiting for s in window),
             held=_worst(s.held for s in window),
             deepest_queue=_worst(s.deepest_queue for s in window),
             congested_in_flight=_worst(s.in_flight for s in congested),
             congested_running=min(congested_running) if congested_running else None,
             kv_usage=_worst(s.kv_usage for s in window),
-            latest_kv_usage=newest.kv_usage,
+            latest_kv_usage=None if loaded is None else loaded.kv_usage,
             capacity=newest.capacity,
-            generation=newest.generation,
+            generation=newest.generation if loaded is None else loaded.generation,
             unready=newest.ready is not None and newest.ready < 1.0,
         )

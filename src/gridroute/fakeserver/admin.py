@@ -57,6 +57,8 @@ async def metrics(request: web.Request) -> web.Response:
     st = request.app[STATE]
     if st.pause_metrics:
         await st.gate()
+    if st.metrics_status is not None:
+        return web.Response(status=st.metrics_status, text="injected metrics failure\n")
     return web.Response(
         body=generate_latest(st.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
@@ -115,4 +117,38 @@ async def slots(request: web.Request) -> web.Response:
     for name, eng in st.engines.items():
         if model is None or name == model:
             eng.pool.resize(n)
+    return _ok(request)
+
+
+@routes.post("/admin/external")
+async def external(request: web.Request) -> web.Response:
+    """`{"in_flight": N, "model": null}`: N requests from clients that bypass every
+    gateway hold slots (and show in /metrics) until set again; 0 clears."""
+    body = await _json_body(request)
+    if isinstance(body, web.Response):
+        return body
+    n = body.get("in_flight")
+    model = body.get("model")
+    st = request.app[STATE]
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        return _bad(f"in_flight must be a non-negative integer, got {n!r}")
+    if model is not None and model not in st.engines:
+        return _bad(f"model {model!r} is not served here; served: {sorted(st.engines)}")
+    for name, eng in st.engines.items():
+        if model is None or name == model:
+            eng.pool.set_external(n)
+    return _ok(request)
+
+
+@routes.post("/admin/metrics")
+async def metrics_fault(request: web.Request) -> web.Response:
+    """`{"status": 500}`: /metrics answers `status` while requests are still served;
+    `{"status": null}` (or `/admin/recover`) restores it."""
+    body = await _json_body(request)
+    if isinstance(body, web.Response):
+        return body
+    status = body.get("status", 500)
+    if status is not None and (not isinstance(status, int) or not 400 <= status <= 599):
+        return _bad(f"status must be an integer 400..599 or null, got {status!r}")
+    request.app[STATE].metrics_status = status
     return _ok(request)

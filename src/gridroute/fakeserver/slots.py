@@ -21,12 +21,15 @@ class QueueFull(Exception):
 class SlotPool:
     """`slots` concurrent holders, then a FIFO queue of at most `max_queue` waiters."""
 
-    __slots__ = ("_max_queue", "_running", "_slots", "_waiters")
+    __slots__ = ("_external", "_max_queue", "_running", "_slots", "_waiters")
 
     def __init__(self, slots: int, max_queue: int | None = None) -> None:
         self._slots = slots
         self._max_queue = max_queue
         self._running = 0
+        self._external = 0
+        """Slots held by load from outside (`/admin/external`): it runs first, and what
+        does not fit waits, as another client's requests would."""
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     @property
@@ -35,21 +38,27 @@ class SlotPool:
 
     @property
     def running(self) -> int:
-        return self._running
+        """Requests in execution, external ones included (never above the slots)."""
+        return min(self._running + self._external, max(self._slots, self._running))
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters)
+        """Requests queued, external ones that found no slot included."""
+        return len(self._waiters) + max(self._running + self._external - self._slots, 0)
+
+    @property
+    def external(self) -> int:
+        return self._external
 
     @property
     def full(self) -> bool:
         """True when an arrival now would have to wait (or be shed)."""
-        return self._running >= self._slots or bool(self._waiters)
+        return self._running + self._external >= self._slots or bool(self._waiters)
 
     async def acquire(self) -> None:
         """Take a slot, waiting in arrival order; raises `QueueFull` instead of queueing
         past `max_queue`. Pair every successful return with one `release()`."""
-        if self._running < self._slots and not self._waiters:
+        if self._running + self._external < self._slots and not self._waiters:
             self._running += 1
             return
         if self._max_queue is not None and len(self._waiters) >= self._max_queue:
@@ -78,8 +87,13 @@ class SlotPool:
         self._slots = slots
         self._grant()
 
+    def set_external(self, in_flight: int) -> None:
+        """Hold `in_flight` slots for load from outside; lowering it admits waiters."""
+        self._external = in_flight
+        self._grant()
+
     def _grant(self) -> None:
-        while self._running < self._slots and self._waiters:
+        while self._running + self._external < self._slots and self._waiters:
             fut = self._waiters.popleft()
             if fut.done():  # its task was cancelled; it removes nothing further
                 continue

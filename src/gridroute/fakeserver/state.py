@@ -45,6 +45,9 @@ class ServerState:
         """When set, answers stall until `/admin/recover` (`/admin/pause`)."""
         self.pause_metrics = False
         """Whether `/metrics` and `/health` stall too (a site gone silent, not just slow)."""
+        self.metrics_status: int | None = None
+        """When set, `/metrics` answers this status while the model API keeps serving
+        (`/admin/metrics`: a failing scrape in front of a healthy backend)."""
         self._resume = asyncio.Event()
         self._resume.set()
 
@@ -70,6 +73,7 @@ class ServerState:
         self.fail_retry_after_s = None
         self.paused = False
         self.pause_metrics = False
+        self.metrics_status = None
         self._resume.set()
 
     def failure_response(self) -> web.Response:

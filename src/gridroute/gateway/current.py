@@ -37,6 +37,7 @@ from gridroute.core import (
     Snapshot,
 )
 from gridroute.core.ejection import Ejections
+from gridroute.core.gateway_load import GatewayLoad
 from gridroute.gateway.routing import Routing
 
 log = logging.getLogger("gridroute.gateway")
@@ -129,12 +130,18 @@ class CurrentGrid:
         self.snapshot: Snapshot = self.state.refresh((), {}, clock(), self.health, self.own)
 
     def refresh(
-        self, samples: Iterable[Sample], rounds: Mapping[str, float | None], now: float
+        self,
+        samples: Iterable[Sample],
+        rounds: Mapping[str, float | None],
+        now: float,
+        gateways: GatewayLoad | None = None,
     ) -> Snapshot:
-        """Fold one operator read in and publish the new snapshot."""
+        """Fold one operator read in (with the gateways' reported load, when relayed) and
+        publish the new snapshot."""
         self._rounds = dict(rounds)
         self.polls += 1
-        return self._publish(self.state.refresh(samples, rounds, now, self.health, self.own))
+        snap = self.state.refresh(samples, rounds, now, self.health, self.own, gateways)
+        return self._publish(snap)
 
     def set_health(self, health: Mapping[str, Health]) -> None:
         """Adopt new probe verdicts now, rather than at the next poll (demotion is urgent)."""

@@ -27,6 +27,7 @@ from gridroute.gateway.claims import ClaimBounds, ClaimClamp
 from gridroute.gateway.config import GatewayConfig, OperatorLink, load_config
 from gridroute.gateway.current import CurrentGrid
 from gridroute.gateway.health import HealthProber
+from gridroute.gateway.load_report import LoadReport, gateway_id
 from gridroute.gateway.metrics import GatewayMetrics
 from gridroute.gateway.routing import build_routing
 from gridroute.gateway.shedding_state import SheddingState
@@ -179,8 +180,12 @@ class Gateway:
             interval_s = op.poll_interval_s
         else:
             return
+        report = None
+        if isinstance(source, SignalsClient):  # the real poll carries the load report
+            report = LoadReport(lambda: self.current, gateway_id(self.worker), self.cfg.local_site)
+            source.extra_headers = report.headers
         self.signals = SignalsLoop(
-            source, lambda: self.current, self.cfg.local_site, interval_s, self.claims
+            source, lambda: self.current, self.cfg.local_site, interval_s, self.claims, report
         )
         self._tasks.append(asyncio.create_task(self.signals.run(), name="signals"))
 

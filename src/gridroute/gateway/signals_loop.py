@@ -16,6 +16,7 @@ from typing import Protocol
 
 from gridroute.core import Sample
 from gridroute.gateway.current import CurrentGrid
+from gridroute.gateway.load_report import LoadReport
 from gridroute.relay.poller import PollOutcome, PollResult
 
 log = logging.getLogger("gridroute.gateway")
@@ -39,11 +40,14 @@ class SignalsLoop:
         local_site: str | None,
         interval_s: float,
         bound: Callable[[Iterable[Sample]], Iterable[Sample]] | None = None,
+        report: LoadReport | None = None,
     ) -> None:
         self.source = source
         self.bound = bound
         """Applied to each read's samples before they are folded (`gateway.claims`)."""
         self._current = current
+        self.report = report
+        """This worker's load report (sent with each poll), when the source takes one."""
         self.local_site = local_site
         self.interval_s = interval_s
         self.completed = 0
@@ -65,10 +69,12 @@ class SignalsLoop:
         if self.local_site is not None:
             rounds[self.local_site] = outcome.ended_at
         self._note_undelivered(current, rounds, decoded.samples)
+        now = current.clock()
+        gateways = None if self.report is None else self.report.load(decoded, now)
         samples: Iterable[Sample] = decoded.samples
         if self.bound is not None:
             samples = self.bound(samples)
-        current.refresh(samples, rounds, current.clock())
+        current.refresh(samples, rounds, now, gateways)
 
     def _note_undelivered(
         self, current: CurrentGrid, rounds: dict[str, float | None], samples: Sequence[Sample]

@@ -111,6 +111,7 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
     return {
         "at": snap.at,
         "snapshot_age_s": _num(current.clock() - snap.at),
+        "external_in_flight": _num(current.state.external),
         "ready": gw.ready,
         "draining": gw.draining,
         "worker": {"index": gw.worker, "pid": os.getpid()},

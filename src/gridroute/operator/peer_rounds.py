@@ -103,10 +103,14 @@ class PeerRounds:
         self.rounds = 0
         self.stretch = 1.0
         """Factor on the poll interval: > 1 while rounds overrun (see the module doc)."""
+        self.on_decoded: Callable[[PollOutcome], None] | None = None
+        """Called with each poll that decoded (the operator keeps the peer's gateway sums)."""
 
     def _completed(self, peer: _Peer, outcome: PollOutcome) -> None:
         if outcome.decoded is not None:
             self.store.add_peer(outcome.target, outcome.decoded.received)
+            if self.on_decoded is not None:
+                self.on_decoded(outcome)
         if outcome.result is PollResult.OK:
             peer.failures = 0
         else:

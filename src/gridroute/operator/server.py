@@ -5,7 +5,9 @@ rows, each peer's last poll-round end) with a `Date` header from the operator's
 clock. Query parameters: `scope=own` (what peers ask for: only this site's rows),
 `latest=1` (one sample per provider: a strictly valid Prometheus exposition),
 `since=CURSOR` with `scope=own` (only rows appended after the cursor that the
-`X-Grid-Cursor` header of an earlier answer named: a delta poll).
+`X-Grid-Cursor` header of an earlier answer named: a delta poll). A gateway's poll
+carries its own in-flight (`wire.gateway_report` headers); every body relays the
+gateway sums it knows beside the rows (a delta poll: this site's).
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gridroute.operator.capacity import register as register_capacity
+from gridroute.wire.gateway_report import (
+    GATEWAY_HEADER,
+    IN_FLIGHT_HEADER,
+    parse_in_flight,
+    valid_gateway_id,
+)
 from gridroute.wire.signals import CONTENT_TYPE, CURSOR_HEADER, TIME_HEADER
 
 if TYPE_CHECKING:
@@ -30,11 +38,21 @@ async def signals(request: web.Request) -> web.Response:
     now = op.clock()
     own_only = request.query.get("scope") == "own"
     latest_only = request.query.get("latest") in ("1", "true")
+    gateway = request.headers.get(GATEWAY_HEADER)
+    report = request.headers.get(IN_FLIGHT_HEADER)
+    if report is not None and valid_gateway_id(gateway):
+        counts = parse_in_flight(report)
+        if counts is not None:
+            assert gateway is not None
+            op.gateway_reports.record(gateway, counts, now)
+    gateways = op.gateway_reports.rows(now, own_only=own_only)
     after = op.store.rows_after(request.query.get("since")) if own_only else None
     if after is not None:
-        encoded = op.store.encode_since(now, after)
+        encoded = op.store.encode_since(now, after, gateways=gateways)
     else:
-        encoded = op.store.encode(now, own_only=own_only, latest_only=latest_only)
+        encoded = op.store.encode(
+            now, own_only=own_only, latest_only=latest_only, gateways=gateways
+        )
     headers = {
         "Date": email.utils.formatdate(now, usegmt=True),
         TIME_HEADER: f"{now:.3f}",

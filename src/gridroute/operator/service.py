@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from gridroute.inbound.client_errors import ClientErrors
 from gridroute.inbound.guard import Guard, GuardedRunner
 from gridroute.operator.config import OperatorConfig
+from gridroute.operator.gateway_reports import GatewayReports
 from gridroute.operator.learning import ProviderLearning
 from gridroute.operator.metrics import OperatorMetrics
 from gridroute.operator.peer_access import access_middleware
@@ -37,10 +38,13 @@ from gridroute.operator.store import RelayStore
 from gridroute.operator.tls import client_context, server_context
 from gridroute.relay.nats_link import Transport
 from gridroute.relay.nats_publisher import NatsPublisher, PublishMetrics
-from gridroute.relay.poller import PollLimits, SignalsClient
+from gridroute.relay.poller import PollLimits, PollOutcome, SignalsClient
 from gridroute.wire.identity import spiffe_id
 
 log = logging.getLogger(__name__)
+
+REPORT_WINDOW_S = 5.0
+"""A gateway report (or a peer's relayed sum) older than this drops out of the sums."""
 
 
 class Operator:
@@ -63,6 +67,8 @@ class Operator:
             retain_latest_s=config.retain_latest_seconds,
             on_cut=self._count_cut,
         )
+        self.gateway_reports = GatewayReports(config.site, window_s=REPORT_WINDOW_S)
+        """In-flight reported by this site's gateways, and peers' sums of theirs."""
         self.scrapers = [
             ProviderScraper(config.site, p, metrics=self.metrics, clock=clock)
             for p in config.providers
@@ -96,6 +102,7 @@ class Operator:
             clock=clock,
             metrics=SkipMetrics(self.metrics.registry),
         )
+        self.peer_rounds.on_decoded = self._peer_gateways
         nats = config.signals.nats if config.signals.transport is Transport.NATS else None
         self.publisher = (
             NatsPublisher(
@@ -208,6 +215,11 @@ class Operator:
         if self.publisher is not None:
             own = self.store.encode(self.clock(), own_only=True, latest_only=True)
             await self.publisher.publish(own.body)
+
+    def _peer_gateways(self, outcome: PollOutcome) -> None:
+        """Keep what a peer relayed of its gateways' in-flight (fair share among gateways)."""
+        if outcome.decoded is not None:
+            self.gateway_reports.peer(outcome.target, outcome.decoded.gateways.get(outcome.target))
 
     async def poll_round(self) -> None:
         """One peer round (`PeerRounds`): rows stored as each poll completes."""

@@ -31,6 +31,7 @@ from gridroute.wire.signals import (
     RELAY_BUDGET_BYTES,
     Cut,
     Encoded,
+    GatewaySums,
     Store,
     encode_relay,
 )
@@ -157,11 +158,16 @@ class RelayStore:
             return None
         return int(seq)
 
-    def encode_since(self, now: float, after: int) -> Encoded:
-        """This site's own rows appended after sequence `after` (what a delta poll gets)."""
+    def encode_since(
+        self, now: float, after: int, *, gateways: Mapping[str, GatewaySums] | None = None
+    ) -> Encoded:
+        """This site's own rows appended after sequence `after` (what a delta poll gets),
+        with its gateways' sums (always whole: they are not rows with a sequence)."""
         self.prune(now)
         histories = self.histories(own_only=True, after=after)
-        return encode_relay(histories, {}, local_site=self.site, budget=self.budget)
+        return encode_relay(
+            histories, {}, local_site=self.site, budget=self.budget, gateways=gateways
+        )
 
     def latest(self) -> dict[str, Sample]:
         return {f"{k[0]}/{k[1]}": h[-1][1] for k, h in self._histories.items()}
@@ -170,7 +176,14 @@ class RelayStore:
     def round_ends(self) -> dict[str, float]:
         return dict(self._round_ends)
 
-    def encode(self, now: float, *, own_only: bool = False, latest_only: bool = False) -> Encoded:
+    def encode(
+        self,
+        now: float,
+        *,
+        own_only: bool = False,
+        latest_only: bool = False,
+        gateways: Mapping[str, GatewaySums] | None = None,
+    ) -> Encoded:
         """The /signals body; rebuilt only when rows changed or a second has passed.
 
         `own_only` is what peers ask for (rows about this site, no round ends: a peer
@@ -179,13 +192,20 @@ class RelayStore:
         """
         self.prune(now)
         cached = self._cache.get((own_only, latest_only))
-        if cached is not None and cached[0] == self.version and cached[1] == int(now):
+        if (
+            not gateways
+            and cached is not None
+            and cached[0] == self.version
+            and cached[1] == int(now)
+        ):
             return cached[2]
         histories = self.histories(own_only=own_only)
         if latest_only:
             histories = [h[-1:] for h in histories]
         ends = {} if own_only else self._round_ends
-        encoded = encode_relay(histories, ends, local_site=self.site, budget=self.budget)
+        encoded = encode_relay(
+            histories, ends, local_site=self.site, budget=self.budget, gateways=gateways
+        )
         self._cache[(own_only, latest_only)] = (self.version, int(now), encoded)
         if encoded.cut and self._on_cut is not None:
             self._on_cut(encoded.cut)

@@ -27,7 +27,7 @@ import email.utils
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -261,6 +261,8 @@ class SignalsClient:
         self._clock = clock
         self._log = logger
         self._session: aiohttp.ClientSession | None = None
+        self.extra_headers: Callable[[], Mapping[str, str]] | None = None
+        """Headers for each poll, built just before it is sent (a gateway's load report)."""
 
     async def close(self) -> None:
         if self._session is not None:
@@ -313,7 +315,8 @@ class SignalsClient:
         session = self._session_for_loop()
         cursor, self.cursor = self.cursor, None  # kept only if this poll succeeds
         url = self.url if cursor is None else self._url_with(cursor)
-        async with session.get(url) as resp:
+        headers = None if self.extra_headers is None else self.extra_headers()
+        async with session.get(url, headers=headers) as resp:
             if resp.status in (401, 403):
                 raise _Refused(PollResult.UNAUTHORIZED, f"HTTP {resp.status}")
             if resp.status != 200:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop, heappush
+from itertools import pairwise
 from random import Random
 from typing import Any
 
@@ -35,15 +36,17 @@ from gridroute.core.flow import (
     request_flow,
 )
 from gridroute.sim.gateway import MODEL, SimGateway
-from gridroute.sim.model import Network, ServiceTimes, SimOperator, SimRequest, SimSite
+from gridroute.sim.model import Network, SimOperator, SimRequest, SimSite
 from gridroute.sim.scenario import (
     ClientsEvent,
     FailEvent,
+    MetricsDownEvent,
     PartitionEvent,
     RestartEvent,
     Scenario,
 )
 from gridroute.sim.tally import Probe, Series, Tally
+from gridroute.sim.worlds import available_slots, build_operators, build_sites, external_changes
 
 COMPLETE, CONNECT_FAIL, DISTURB, SCRAPE, OP_POLL, GW_POLL, DRAIN, EXPIRE, SEND = range(9)
 PRIORITY = (
@@ -90,18 +93,22 @@ def split(total: int, shares: list[float]) -> list[int]:
 
 
 def ideal_requests(scenario: Scenario, clients: int) -> int:
-    """min(clients, total slots) / mean service x measured seconds, following client steps."""
+    """min(clients, slots free of external load) / mean service x measured seconds,
+    following client steps and external-load changes."""
     steps = sorted((ev.at_s, ev.clients) for ev in scenario.events if isinstance(ev, ClientsEvent))
     start, end = scenario.warmup_s, scenario.duration_s
-    mean, slots = scenario.service.mean_s, scenario.total_slots
-    total, t, n = 0.0, start, clients
-    for at, value in steps:
-        if at > t:
-            seg_end = min(at, end)
-            total += min(n, slots) / mean * max(seg_end - t, 0.0)
-            t = max(t, seg_end)
-        n = value
-    total += min(n, slots) / mean * max(end - t, 0.0)
+    mean = scenario.service.mean_s
+    cuts = sorted({start, end, *(at for at, _ in steps), *external_changes(scenario)})
+    total = 0.0
+    for a, b in pairwise(cuts):
+        if b <= start or a >= end:
+            continue
+        a, b = max(a, start), min(b, end)
+        n = clients
+        for at, value in steps:
+            if at <= a:
+                n = value
+        total += min(n, available_slots(scenario, a)) / mean * (b - a)
     return round(total)
 
 
@@ -115,10 +122,10 @@ class SimRun:
         self.clients = clients
         base = f"{sc.seed}:{clients}"
         names = [s.name for s in sc.sites]
-        self.sites = [SimSite(s.name, s.slots, s.service_scale) for s in sc.sites]
+        self.sites = build_sites(sc, base)
         self.site_by_name = {s.name: s for s in self.sites}
         self.site_index = {s.key: i for i, s in enumerate(self.sites)}
-        self.operators = [SimOperator(n) for n in names]
+        self.operators = build_operators(sc, base)
         self.op_by_site = {op.site: op for op in self.operators}
         self.network = Network()
         self.now = PRIME_AT
@@ -129,7 +136,7 @@ class SimRun:
             )
             for i, site in enumerate(sc.placement)
         ]
-        self.service = ServiceTimes(sc.service, Random(f"{base}:service"))
+        self.report = sc.gateway_reports
         self.phases = Random(f"{base}:phases")
         self.tally = Tally(names, sc.warmup_s, sc.duration_s)
         self.client_gw: list[int] = []
@@ -184,7 +191,7 @@ class SimRun:
         for op in self.operators:
             op.poll(self._peers(op), self.network, PRIME_AT)
         for gw in self.gateways:
-            gw.refresh(self.op_by_site[gw.site], PRIME_AT)
+            gw.refresh(self.op_by_site[gw.site], PRIME_AT, self.report)
         # Periodic work, each at its own phase within its first interval.
         for i in range(len(self.sites)):
             self.at(self.phases.uniform(0, sc.scrape_interval_s), SCRAPE, self._scrape, i)
@@ -195,9 +202,15 @@ class SimRun:
         self._set_clients(0.0, self.clients)
         for ev in sc.events:
             self.at(ev.at_s, DISTURB, self._disturb_start, ev)
-            if isinstance(ev, PartitionEvent | FailEvent):
+            if isinstance(ev, PartitionEvent | FailEvent | MetricsDownEvent):
                 self.at(ev.until_s, DISTURB, self._disturb_end, ev)
+            if isinstance(ev, PartitionEvent | FailEvent):
                 self._add_probes(ev)
+        for i, spec in enumerate(sc.sites):
+            if spec.external is not None:
+                for at, level in spec.external.changes(sc.duration_s):
+                    if at > 0:  # the level at 0 is in place before the grid is primed
+                        self.at(at, DISTURB, self._external, (i, level))
 
     def _peers(self, op: SimOperator) -> list[SimOperator]:
         return [p for p in self.operators if p is not op]
@@ -217,7 +230,7 @@ class SimRun:
 
     def _gw_poll(self, t: float, g: int) -> None:
         gw = self.gateways[g]
-        gw.refresh(self.op_by_site[gw.site], t)
+        gw.refresh(self.op_by_site[gw.site], t, self.report)
         if self._probing:
             self._probe_refresh(gw, t)
         if gw.held:
@@ -300,7 +313,7 @@ class SimRun:
             )
             return
         req.site = site
-        if site.busy >= site.slots:
+        if not site.has_slot:
             if self.tally.counts(t):
                 self.tally.overshoot += 1
             site.queue.append(req)
@@ -310,7 +323,7 @@ class SimRun:
     def _serve(self, site: SimSite, req: SimRequest, t: float) -> None:
         site.busy += 1
         site.serving.add(req)
-        self.at(t + self.service.draw() * site.scale, COMPLETE, self._complete, (req, req.serial))
+        self.at(t + site.service_s(), COMPLETE, self._complete, (req, req.serial))
 
     def _end_attempt(self, gw: SimGateway, req: SimRequest, t: float) -> None:
         """The attempt in flight is over: the gateway's count drops, held requests wake."""
@@ -331,7 +344,7 @@ class SimRun:
         assert site is not None
         site.busy -= 1
         site.serving.discard(req)
-        if site.queue:
+        if site.queue and site.has_slot:
             self._serve(site, site.queue.popleft(), t)
         gw = self.gateways[self.client_gw[req.client]]
         self._end_attempt(gw, req, t)
@@ -385,12 +398,23 @@ class SimRun:
             self.op_by_site[ev.restart_operator].restart()
         elif isinstance(ev, ClientsEvent):
             self._set_clients(t, ev.clients)
+        elif isinstance(ev, MetricsDownEvent):
+            self.site_by_name[ev.metrics_down].metrics_up = False
 
     def _disturb_end(self, t: float, ev: Any) -> None:
         if isinstance(ev, PartitionEvent):
             self.network.heal(ev.partition)
         elif isinstance(ev, FailEvent):
             self.site_by_name[ev.fail].up = True
+        elif isinstance(ev, MetricsDownEvent):
+            self.site_by_name[ev.metrics_down].metrics_up = True
+
+    def _external(self, t: float, change: tuple[int, int]) -> None:
+        """External load at a site changes level; freed slots go to its queue."""
+        site = self.sites[change[0]]
+        site.external = change[1]
+        while site.queue and site.has_slot:
+            self._serve(site, site.queue.popleft(), t)
 
     def _fail_site(self, t: float, site: SimSite) -> None:
         """The backend dies: everything in service or queued there loses its connection

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from random import Random
 
 from gridroute.core import (
@@ -22,6 +23,7 @@ from gridroute.core import (
     Snapshot,
 )
 from gridroute.core.ejection import Ejections
+from gridroute.core.gateway_load import combine
 from gridroute.sim.model import PROVIDER, SimOperator, SimRequest
 
 MODEL = "sim-model"
@@ -81,9 +83,23 @@ class SimGateway:
         assert snap is not None, "a gateway decides only after its first poll"
         return snap
 
-    def refresh(self, operator: SimOperator, now: float) -> Snapshot:
-        """One poll of the local operator: its rows, its poll rounds, and now for itself."""
+    def refresh(self, operator: SimOperator, now: float, report: bool = True) -> Snapshot:
+        """One poll of the local operator: its rows, its poll rounds, and now for itself.
+
+        With `report`, the poll carries this gateway's own in-flight per candidate (what
+        the operator sums and relays), and the gateways' sums come back with the rows.
+        """
+        gateways = None
+        if report:
+            mine = {k: v for k, v in self.own.counts.items() if v}
+            operator.report(self.index, mine, now)
+            gateways = combine(operator.gateway_sums(now), mine)
+        rows = operator.rows()
         rounds = dict(operator.rounds)
+        skew = operator.skew_s
+        if skew:  # re-based by the operator's Date, as the real poller does
+            rows = [replace(r, at=r.at - skew) for r in rows]
+            rounds = {k: None if v is None else v - skew for k, v in rounds.items()}
         rounds[self.site] = now
-        self._snapshot = self.state.refresh(operator.rows(), rounds, now, {}, self.own)
+        self._snapshot = self.state.refresh(rows, rounds, now, {}, self.own, gateways)
         return self._snapshot

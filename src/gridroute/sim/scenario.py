@@ -49,6 +49,74 @@ class ServiceSpec(BaseModel):
     """Lognormal shape (std-dev of the underlying normal); the mean stays `mean_s`."""
 
 
+class SizeSpec(BaseModel):
+    """Request sizes: each request's service time is multiplied by a size drawn with mean 1,
+    so long prompts and short ones share the slots (a size of 3 holds a slot 3x as long)."""
+
+    model_config = _CONFIG
+
+    distribution: Literal["constant", "lognormal"] = "lognormal"
+    """`lognormal` around 1, or `constant` (every request the same size)."""
+    sigma: float = Field(1.0, gt=0)
+    """Lognormal shape (std-dev of the underlying normal); the mean stays 1."""
+
+
+class ExternalStep(BaseModel):
+    """From `at_s` on, the site carries `in_flight` requests that no gateway sent."""
+
+    model_config = _CONFIG
+
+    at_s: float = Field(ge=0)
+    in_flight: int = Field(ge=0)
+
+
+class ExternalSpec(BaseModel):
+    """Load at a site that did not pass through gridroute (other gateways, batch jobs,
+    direct clients): requests that hold slots, queue past full, and show in every scrape,
+    but that no gridroute gateway counts as its own. Constant, stepped, or a trace; the
+    level in force is the latest of: `in_flight` at 0, each step at its `at_s`, and the
+    trace's value for the current `trace_interval_s` (the trace repeats)."""
+
+    model_config = _CONFIG
+
+    in_flight: int = Field(0, ge=0)
+    """Constant external in-flight from the start."""
+    steps: list[ExternalStep] = Field(default_factory=list)
+    """Changes of level at given seconds, in time order."""
+    trace: list[int] = Field(default_factory=list)
+    """One level per `trace_interval_s`, repeating (overrides `in_flight` and `steps`)."""
+    trace_interval_s: float = Field(1.0, gt=0)
+    """Seconds each trace value holds."""
+
+    @model_validator(mode="after")
+    def _valid(self) -> ExternalSpec:
+        times = [st.at_s for st in self.steps]
+        if times != sorted(times):
+            raise ValueError("steps must be in time order")
+        if any(v < 0 for v in self.trace):
+            raise ValueError("trace values must be >= 0")
+        return self
+
+    def changes(self, until_s: float) -> list[tuple[float, int]]:
+        """(time, level) of every change up to `until_s`, starting with the level at 0."""
+        if self.trace:
+            out: list[tuple[float, int]] = []
+            i = 0
+            while i * self.trace_interval_s <= until_s:
+                out.append((i * self.trace_interval_s, self.trace[i % len(self.trace)]))
+                i += 1
+            return out
+        return [(0.0, self.in_flight), *((st.at_s, st.in_flight) for st in self.steps)]
+
+    def level(self, t: float) -> int:
+        """The external in-flight in force at `t`."""
+        level = 0
+        for at, value in self.changes(t):
+            if at <= t:
+                level = value
+        return level
+
+
 class ScenarioSite(BaseModel):
     """One site: a pool of slots with a FIFO queue past full."""
 
@@ -60,6 +128,18 @@ class ScenarioSite(BaseModel):
     """Requests the site runs at once (its maxRunning); later arrivals queue."""
     service_scale: float = Field(1.0, gt=0)
     """Multiplies every service time at this site (2.0 = a site half as fast)."""
+    service: ServiceSpec | None = None
+    """This site's own service-time distribution (default: the scenario's `service`)."""
+    external: ExternalSpec | None = None
+    """Load at this site from clients that do not pass through gridroute."""
+    half_samples: float = Field(0.0, ge=0, le=1)
+    """Fraction of this site's scrapes that yield half a sample: running and ready only (no
+    queue, no maxRunning, no generation), as a peer or exporter that sends part of a row."""
+    link_loss: float = Field(0.0, ge=0, le=1)
+    """Fraction of peer polls of this site that are lost (the round still counts as tried)."""
+    clock_skew_s: float = 0.0
+    """This site's clocks run this far ahead (negative: behind). Readers re-base every row
+    by the responder's Date, as the real poller does, so skew should not matter."""
 
 
 class _Timed(BaseModel):
@@ -96,6 +176,14 @@ class FailEvent(_Spanned):
     """The site that fails."""
 
 
+class MetricsDownEvent(_Spanned):
+    """The site's metrics endpoint fails while its backend keeps serving: its operator
+    publishes readiness only for `stale_metrics_s`, then nothing."""
+
+    metrics_down: str
+    """The site whose scrapes fail."""
+
+
 class RestartEvent(_Timed):
     """The site's operator restarts: the peer rows it learned are lost until it polls
     each peer again."""
@@ -112,7 +200,7 @@ class ClientsEvent(_Timed):
     """The new total number of clients."""
 
 
-_KINDS = ("partition", "fail", "restart_operator", "clients")
+_KINDS = ("partition", "fail", "restart_operator", "clients", "metrics_down")
 
 
 def _event_kind(value: Any) -> str | None:
@@ -123,7 +211,9 @@ def _event_kind(value: Any) -> str | None:
                 return kind
         return None
     for kind, cls in zip(
-        _KINDS, (PartitionEvent, FailEvent, RestartEvent, ClientsEvent), strict=True
+        _KINDS,
+        (PartitionEvent, FailEvent, RestartEvent, ClientsEvent, MetricsDownEvent),
+        strict=True,
     ):
         if isinstance(value, cls):
             return kind
@@ -134,11 +224,14 @@ EventSpec = Annotated[
     Annotated[PartitionEvent, Tag("partition")]
     | Annotated[FailEvent, Tag("fail")]
     | Annotated[RestartEvent, Tag("restart_operator")]
-    | Annotated[ClientsEvent, Tag("clients")],
+    | Annotated[ClientsEvent, Tag("clients")]
+    | Annotated[MetricsDownEvent, Tag("metrics_down")],
     Discriminator(
         _event_kind,
         custom_error_type="event_kind",
-        custom_error_message="an event needs one of: partition, fail, restart_operator, clients",
+        custom_error_message=(
+            "an event needs one of: partition, fail, restart_operator, clients, metrics_down"
+        ),
     ),
 ]
 
@@ -190,11 +283,20 @@ class Scenario(BaseModel):
         min_length=1,
     )
     """Selection policies to compare (`first`, `saturation`, `gridroute`)."""
+    request_sizes: SizeSpec | None = None
+    """Heterogeneous request sizes (multiplying service times); default: all one size."""
+    stale_metrics_s: float = Field(10.0, ge=0)
+    """How long an operator keeps publishing readiness after its scrapes start failing
+    (the operator's `staleMetricsSeconds`)."""
+    gateway_reports: bool = True
+    """Gateways report their own in-flight on each poll of their operator, and operators
+    relay each site's sum, so fair shares are computed among gateways (false: operators
+    relay none, and a share is this gateway's part of all polled load)."""
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
     """The core's availability settings (shedding, admission queue, windows), as a gateway
     would be configured."""
     events: list[EventSpec] = Field(default_factory=list)
-    """Timed disturbances: partition, fail, restart_operator, clients."""
+    """Timed disturbances: partition, fail, restart_operator, clients, metrics_down."""
 
     @property
     def client_counts(self) -> list[int]:
@@ -253,6 +355,7 @@ class Scenario(BaseModel):
         for i, ev in enumerate(self.events):
             site = getattr(ev, "partition", None) or getattr(ev, "fail", None)
             site = site or getattr(ev, "restart_operator", None)
+            site = site or getattr(ev, "metrics_down", None)
             if site is not None:
                 _known([site], names, f"events.{i}")
         return self

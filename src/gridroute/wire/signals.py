@@ -11,6 +11,14 @@ operator's clock)::
     grid_provider_config_generation{grid_site="west",grid_provider="pool-a"} 42 1700000000123
     grid_signals_poll_round_end_timestamp_seconds{grid_site="east"} 1700000000.5 1700000000500
 
+Beside each site's rows its operator relays what that site's gateways reported in
+flight (docs/selection.md, "Fair share among gateways"): per target candidate, and
+the number of gateways reporting::
+
+    grid_gateways_reporting{grid_site="west"} 2 1700000000500
+    grid_gateway_in_flight{grid_site="west",grid_target_site="hub",
+                           grid_target_provider="pool-a"} 12 1700000000500   (one line)
+
 Lines with one (site, provider, stamp) are one sample. The five load fields use the
 llm-d EPP names because the operator relays exactly what the EPP convention means
 (per-endpoint averages, ready endpoints, held, deepest queue); docs/signals.md has
@@ -39,7 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gridroute.core.sample import Sample
+from gridroute.core.sample import Sample, plausible
 
 RELAY_BUDGET_BYTES = 768 * 1024
 """The operator keeps a `/signals` body under this size."""
@@ -64,6 +72,10 @@ TIME_HEADER = "X-Grid-Time"
 CURSOR_HEADER = "X-Grid-Cursor"
 """Names every row the responder held; sent back as `since=`, it asks for newer rows only."""
 ROUND_END = "grid_signals_poll_round_end_timestamp_seconds"
+GATEWAY_IN_FLIGHT = "grid_gateway_in_flight"
+GATEWAYS_REPORTING = "grid_gateways_reporting"
+GATEWAY_MAX_TARGETS = 64
+"""Target candidates relayed per site's gateway sums (the largest counts)."""
 
 # Sample attribute -> series name, in the order lines are written.
 FIELDS: tuple[tuple[str, str], ...] = (
@@ -144,6 +156,17 @@ class Received:
 
 
 @dataclass(frozen=True, slots=True)
+class GatewaySums:
+    """What one site's gateways reported in flight, summed, as of `at`."""
+
+    at: float
+    gateways: int
+    """Gateways whose reports are summed (0: the site's operator heard from none)."""
+    in_flight: Mapping[str, float] = field(default_factory=dict)
+    """Target candidate key (`site/provider`) -> summed in-flight."""
+
+
+@dataclass(frozen=True, slots=True)
 class Decoded:
     """What a reader accepted from one body, and what it refused."""
 
@@ -152,6 +175,8 @@ class Decoded:
     """Peer site -> end of the responder's last poll round that tried it (reader's clock)."""
     dropped: Mapping[DropReason, int] = field(default_factory=dict)
     lines: int = 0
+    gateways: Mapping[str, GatewaySums] = field(default_factory=dict)
+    """Reporting site -> its gateways' summed in-flight (reader's clock)."""
 
     @property
     def samples(self) -> tuple[Sample, ...]:
@@ -189,13 +214,16 @@ def encode_relay(
     *,
     local_site: str,
     budget: int = RELAY_BUDGET_BYTES,
+    gateways: Mapping[str, GatewaySums] | None = None,
 ) -> Encoded:
     """Render provider histories (each oldest -> newest) and peers' round ends as a body.
 
     Rows are admitted by importance until `budget` bytes: round ends; the core fields
     of every provider's newest sample; their detail fields; then older samples, newest
     first. Within a tier this site's own rows come before peers' rows and fresher
-    before staler. Everything not admitted is counted in `Encoded.cut`.
+    before staler. Everything not admitted is counted in `Encoded.cut`. `gateways`
+    (reporting site -> sums) are admitted with the round ends, at most
+    `GATEWAY_MAX_TARGETS` targets per site, and count against the same budget.
     """
     # Tiers of groups: (peer?, fresher-first key, rows of one sample, store, cut kind).
     # A group is admitted whole, so a reader never sees half a sample (a sample
@@ -227,8 +255,9 @@ def encode_relay(
         f'{ROUND_END}{{grid_site="{site}"}} {t:.3f} {round(t * 1000)}\n'.encode()
         for site, t in sorted(round_ends.items())
     ]
-    header_cost = 64 * (len(FIELDS) + 1)
-    used = header_cost + sum(len(e) for e in ends)
+    reporting, gateway_in_flight = _gateway_rows(gateways or {})
+    header_cost = 64 * (len(FIELDS) + 3)
+    used = header_cost + sum(len(e) for e in (*ends, *reporting, *gateway_in_flight))
     kept: list[list[bytes]] = [[] for _ in FIELDS]
     cut: Counter[tuple[Store, Cut]] = Counter()
     admitted: set[str] | None = None  # None while every newest sample fits
@@ -266,7 +295,33 @@ def encode_relay(
         parts.append(f"# TYPE {ROUND_END} gauge\n".encode())
         parts.extend(ends)
         rows += len(ends)
+    for name, lines in ((GATEWAYS_REPORTING, reporting), (GATEWAY_IN_FLIGHT, gateway_in_flight)):
+        if lines:
+            parts.append(f"# TYPE {name} gauge\n".encode())
+            parts.extend(lines)
+            rows += len(lines)
     return Encoded(body=b"".join(parts), rows=rows, cut=dict(cut))
+
+
+def _gateway_rows(gateways: Mapping[str, GatewaySums]) -> tuple[list[bytes], list[bytes]]:
+    """(gateways-reporting rows, in-flight rows), each grouped as one metric family."""
+    reporting: list[bytes] = []
+    out: list[bytes] = []
+    for site, sums in sorted(gateways.items()):
+        stamp = round(sums.at * 1000)
+        reporting.append(
+            f'{GATEWAYS_REPORTING}{{grid_site="{site}"}} {sums.gateways} {stamp}\n'.encode()
+        )
+        targets = sorted(sums.in_flight.items(), key=lambda kv: (-kv[1], kv[0]))
+        for key, value in targets[:GATEWAY_MAX_TARGETS]:
+            tsite, _, tprov = key.partition("/")
+            if not (NAME_RE.fullmatch(tsite) and NAME_RE.fullmatch(tprov)):
+                continue
+            labels = f'grid_site="{site}",grid_target_site="{tsite}",grid_target_provider="{tprov}"'
+            out.append(
+                f"{GATEWAY_IN_FLIGHT}{{{labels}}} {_number(float(value))} {stamp}\n".encode()
+            )
+    return reporting, out
 
 
 # --- decoding -----------------------------------------------------------------------
@@ -282,7 +337,9 @@ _KEY = re.compile(
 
 _ROW = re.compile(
     r'(?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)\{grid_site="(?P<site>' + NAME_PATTERN + r')"'
-    r'(?:,grid_provider="(?P<provider>' + NAME_PATTERN + r')")?\} '
+    r'(?:,grid_provider="(?P<provider>' + NAME_PATTERN + r')")?'
+    r'(?:,grid_target_site="(?P<tsite>' + NAME_PATTERN + r')"'
+    r',grid_target_provider="(?P<tprov>' + NAME_PATTERN + r')")?\} '
     r"(?P<value>[^ ]{1,32}) (?P<stamp>[0-9]{1,15})"
 )
 
@@ -323,6 +380,8 @@ def decode_relay(
     fields: dict[tuple[str, str, int], dict[str, float]] = {}
     providers: dict[str, set[str]] = {}
     round_ends: dict[str, float] = {}
+    gw_counts: dict[str, tuple[int, float]] = {}
+    gw_targets: dict[str, dict[str, float]] = {}
     newest_ok_ms = (date + SKEW_AHEAD_S) * 1000.0
     oldest_ok_ms = (date - SKEW_BEHIND_S) * 1000.0
     match_row = _ROW.fullmatch
@@ -343,13 +402,19 @@ def decode_relay(
         parsed += 1
         metric, site, provider = m["metric"], m["site"], m["provider"]
         attr = _BY_NAME.get(metric)
-        if attr is None and metric != ROUND_END:
+        gateway_row = metric in (GATEWAY_IN_FLIGHT, GATEWAYS_REPORTING)
+        if attr is None and metric != ROUND_END and not gateway_row:
             continue  # a newer operator's series: ignored, not an error
         try:
             value = float(m["value"])
         except ValueError:
             value = math.nan
-        if not math.isfinite(value) or (attr is None) != (provider is None):
+        targeted = m["tsite"] is not None
+        if (
+            not math.isfinite(value)
+            or (attr is None) != (provider is None)
+            or targeted != (metric == GATEWAY_IN_FLIGHT)
+        ):
             dropped[DropReason.PARSE] += 1
             if provider is not None:
                 poisoned.setdefault((site, provider, int(m["stamp"])), DropReason.PARSE)
@@ -360,6 +425,21 @@ def decode_relay(
         stamp = int(m["stamp"])
         if stamp > newest_ok_ms or stamp < oldest_ok_ms:
             dropped[DropReason.SKEW] += 1
+            continue
+        if metric == GATEWAYS_REPORTING:
+            if not value.is_integer() or value < 0 or value > PEER_MAX_LINES:
+                dropped[DropReason.PARSE] += 1
+                continue
+            gw_counts[site] = (int(value), stamp / 1000.0 + offset)
+            continue
+        if metric == GATEWAY_IN_FLIGHT:
+            targets = gw_targets.setdefault(site, {})
+            if len(targets) >= GATEWAY_MAX_TARGETS:
+                dropped[DropReason.CAP] += 1
+                continue
+            count = plausible(value)
+            if count is not None:
+                targets[f"{m['tsite']}/{m['tprov']}"] = count
             continue
         if attr is None:
             round_ends[site] = value + offset
@@ -403,8 +483,15 @@ def decode_relay(
         ).sanitized()
         received.append(Received(stamp_ms=stamp, sample=sample))
     received.sort(key=lambda r: (r.sample.site, r.sample.provider, r.stamp_ms))
+    gateways = {
+        site: GatewaySums(at, n, gw_targets.get(site, {})) for site, (n, at) in gw_counts.items()
+    }
     return Decoded(
-        received=tuple(received), round_ends=round_ends, dropped=dict(dropped), lines=lines
+        received=tuple(received),
+        round_ends=round_ends,
+        dropped=dict(dropped),
+        lines=lines,
+        gateways=gateways,
     )
 
 

@@ -1,0 +1,92 @@
+"""Whose load is it: the in-flight every gateway reports, and a gateway's fair share of it.
+
+A gateway's fair share of a site's free room exists so that several gateways reading the
+same poll-old sample do not all fill the same room (herding). It must be computed among
+gateways: load that no gateway sent (batch jobs, direct clients, other routers) takes
+room, but it does not herd, and counting it in the share's denominator starves a lone
+gateway (issue 11: "this gateway carries 0 of the polled load" read as a 0.05 share).
+
+So every gateway reports its own per-candidate in-flight to its local operator on the
+poll it already makes (no new call, nothing on the request path), and the operators
+relay each site's sum beside its rows. What was polled but no gateway reported is
+external; the share is taken among the rest:
+
+    share = own at the samples / (polled - external)        (>= fair_share_floor)
+
+`external` is the smoothed difference polled - reported (`ExternalEstimate`): reports
+from other sites lag a poll or two, and an unsmoothed difference read that lag as
+external load and let every gateway claim too much at once (measured: 14-155
+overshoot at 4 gateways, 256 clients, against 0). A gateway that has been the only
+one reporting for a whole freshness window has nothing lagging behind: everything it
+did not send is external, at once, and its share is 1 (the seed's rule on counted
+load). Without reports (an operator that relays none) external is 0: the share is
+this gateway's part of all polled load.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayLoad:
+    """The gateways' reported in-flight, as one gateway read it in one poll."""
+
+    in_flight: Mapping[str, float] = field(default_factory=dict)
+    """Candidate key -> sum over every reporting gateway (this one included)."""
+    gateways: int = 0
+    """Gateways whose reports are in `in_flight` (at least 1 when this one reported)."""
+    own: Mapping[str, int] = field(default_factory=dict)
+    """What this gateway reported in the same round: its part of `in_flight`."""
+
+    def total(self, keys: Iterable[str]) -> float:
+        """All gateways' reported in-flight to `keys` (this gateway's report included)."""
+        return sum(self.in_flight.get(k, 0.0) for k in keys)
+
+
+class ExternalEstimate:
+    """Polled in-flight that no gateway reported, smoothed over `tau_s`.
+
+    Reports from other sites are a poll or two old, so right after load rises the raw
+    difference (polled - reported) is briefly positive even with no external load; one
+    refresh then moves the estimate by only `dt / tau_s` of it, while load that stays
+    unreported (a batch job, direct clients) is learned within a few `tau_s`.
+    """
+
+    __slots__ = ("at", "tau_s", "value")
+
+    def __init__(self, tau_s: float) -> None:
+        self.tau_s = tau_s
+        self.value: float | None = None
+        self.at: float | None = None
+
+    def update(self, raw: float, now: float) -> float:
+        """Fold in one refresh's difference; the estimate (never below 0)."""
+        if self.value is None or self.at is None:
+            self.value = raw  # the first difference: nothing has moved since
+        else:
+            dt = max(now - self.at, 0.0)
+            self.value += (raw - self.value) * (1.0 - math.exp(-dt / self.tau_s))
+        self.at = now
+        return max(self.value, 0.0)
+
+    def reset(self, raw: float, now: float) -> float:
+        """Take `raw` as exact (nothing lags behind it); the estimate (never below 0)."""
+        self.value, self.at = raw, now
+        return max(raw, 0.0)
+
+
+def combine(
+    sites: Mapping[str, tuple[int, Mapping[str, float]]], own: Mapping[str, int]
+) -> GatewayLoad:
+    """One `GatewayLoad` from per-site sums (reporting site -> (gateways, key -> in-flight)),
+    as relayed by the operators, and this gateway's own report."""
+    total: dict[str, float] = {}
+    count = 0
+    for gateways, counts in sites.values():
+        count += gateways
+        for key, value in counts.items():
+            total[key] = total.get(key, 0.0) + value
+    return GatewayLoad(total, count, dict(own))

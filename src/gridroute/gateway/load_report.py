@@ -1,0 +1,59 @@
+"""This gateway worker's own in-flight, reported with every poll of its operator.
+
+The report rides on the poll the gateway already makes (request headers, see
+`wire.gateway_report`), so it costs no call and touches no request. The answer relays
+every site's gateway sums; `load` turns them and what was just reported into the core's
+`GatewayLoad`, from which the fair share leaves out load that no gateway sent.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+
+from gridroute.core.gateway_load import GatewayLoad, combine
+from gridroute.gateway.current import CurrentGrid
+from gridroute.wire.gateway_report import GATEWAY_HEADER, IN_FLIGHT_HEADER, render_in_flight
+from gridroute.wire.signals import Decoded
+
+
+def gateway_id(worker: int) -> str:
+    """A steady id for this worker's life: pid, worker index and a random tag."""
+    return f"gw-{os.getpid()}-{worker}-{secrets.token_hex(3)}"
+
+
+class LoadReport:
+    """Renders the report headers and remembers what was sent, for the share's numerator."""
+
+    def __init__(
+        self,
+        current: Callable[[], CurrentGrid],
+        ident: str,
+        local_site: str | None,
+        window_s: float = 5.0,
+    ) -> None:
+        self._current = current
+        self.ident = ident
+        self.local_site = local_site
+        self.window_s = window_s
+        self.sent: dict[str, int] = {}
+
+    def headers(self) -> dict[str, str]:
+        """The headers of the next poll: this worker's id and own in-flight now."""
+        self.sent = {k: v for k, v in self._current().own.counts.items() if v > 0}
+        return {GATEWAY_HEADER: self.ident, IN_FLIGHT_HEADER: render_in_flight(self.sent)}
+
+    def load(self, decoded: Decoded, now: float) -> GatewayLoad | None:
+        """The gateways' load as this poll relayed it; None when the operator relays no
+        sums for this site (it does not take reports: the share keeps its fallback)."""
+        sums = decoded.gateways
+        local = sums.get(self.local_site) if self.local_site is not None else None
+        if local is None or local.gateways < 1:
+            return None
+        sites = {
+            site: (s.gateways, s.in_flight)
+            for site, s in sums.items()
+            if now - s.at <= self.window_s
+        }
+        return combine(sites, self.sent)

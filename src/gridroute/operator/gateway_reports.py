@@ -1,0 +1,63 @@
+"""The in-flight this site's gateways report, and what peers relay of theirs.
+
+Each gateway's poll of `/signals` carries its own per-candidate in-flight
+(`wire.gateway_report`); the operator keeps the newest report of each gateway for
+`window_s`, serves their per-candidate sum beside its own rows, and keeps each peer's
+sum as of the last poll that reached it. A gateway that stops polling drops out of the
+sum after the window; a peer not heard from for the window drops out too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gridroute.wire.signals import GatewaySums
+
+MAX_GATEWAYS = 256
+"""Gateways remembered at once; the stalest report goes first past this."""
+
+
+class GatewayReports:
+    """Reports of local gateways and sums relayed by peers."""
+
+    def __init__(self, site: str, window_s: float = 5.0) -> None:
+        self.site = site
+        self.window_s = window_s
+        self._reports: dict[str, tuple[float, dict[str, int]]] = {}
+        self._peers: dict[str, GatewaySums] = {}
+
+    def record(self, gateway: str, counts: Mapping[str, int], now: float) -> None:
+        """The newest report of `gateway` (a gateway worker's id)."""
+        self._reports[gateway] = (now, dict(counts))
+        if len(self._reports) > MAX_GATEWAYS:
+            stalest = min(self._reports, key=lambda g: self._reports[g][0])
+            del self._reports[stalest]
+
+    def peer(self, site: str, sums: GatewaySums | None) -> None:
+        """What a poll of peer `site` relayed of its gateways (None: it relayed nothing)."""
+        if sums is None:
+            self._peers.pop(site, None)
+        else:
+            self._peers[site] = sums
+
+    def own(self, now: float) -> GatewaySums:
+        """This site's gateways' fresh reports, summed per candidate."""
+        for gateway in [g for g, (at, _) in self._reports.items() if now - at > self.window_s]:
+            del self._reports[gateway]
+        total: dict[str, float] = {}
+        for _, counts in self._reports.values():
+            for key, value in counts.items():
+                total[key] = total.get(key, 0.0) + value
+        return GatewaySums(now, len(self._reports), total)
+
+    def rows(self, now: float, *, own_only: bool = False) -> dict[str, GatewaySums]:
+        """Reporting site -> sums to serve: this site's, and (unless `own_only`) each
+        peer's heard within the window. A site without reporting gateways is left out
+        (so an operator no gateway polls serves exactly what it did before)."""
+        mine = self.own(now)
+        out = {self.site: mine} if mine.gateways else {}
+        if not own_only:
+            for site, sums in self._peers.items():
+                if sums.gateways and now - sums.at <= self.window_s:
+                    out[site] = sums
+        return out

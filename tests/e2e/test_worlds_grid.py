@@ -1,0 +1,193 @@
+"""Worlds gridroute did not build, on real processes (issue 11): sites whose load comes
+from clients that bypass the gateway, and a site whose /metrics fails while it serves.
+
+    fake-server x2 --/metrics--> operator x2 (peers) --/signals--> gateway <-- openai
+             ^ /admin/external, /admin/metrics
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+from tests.gateway.processes import Proc, free_port, http, wait_for
+
+pytestmark = pytest.mark.e2e
+
+SLOTS = {"a": 8, "b": 8}
+CHAT = [{"role": "user", "content": "hello"}]
+
+
+class Grid:
+    def __init__(self, tmp: Path, availability: dict[str, object]) -> None:
+        self.procs: list[Proc] = []
+        self.fakes: dict[str, Proc] = {}
+        ports = {site: free_port() for site in SLOTS}
+        for i, (site, slots) in enumerate(SLOTS.items()):
+            self.fakes[site] = self._start(
+                ["fake-server", "--model", "m", "--name", site, "--slots", str(slots),
+                 "--service-ms", "40", "--tokens", "4", "--seed", str(i)]
+            )  # fmt: skip
+        for site in SLOTS:
+            op = {
+                "site": site,
+                "listen": f"127.0.0.1:{ports[site]}",
+                "peers": [
+                    {"site": s, "url": f"http://127.0.0.1:{p}"}
+                    for s, p in ports.items()
+                    if s != site
+                ],
+                "providers": [
+                    {
+                        "name": site,
+                        "models": ["m"],
+                        "backendUrl": self.fakes[site].url,
+                        "maxRunning": SLOTS[site],
+                        "metricsConfig": {
+                            "endpoint": self.fakes[site].url + "/metrics",
+                            "staleMetricsSeconds": 30,
+                        },
+                    }
+                ],
+                "scrapeIntervalSeconds": 0.25,
+                "peerPollIntervalSeconds": 0.25,
+            }
+            path = tmp / f"op-{site}.yaml"
+            path.write_text(yaml.safe_dump(op))
+            self.procs.append(Proc(["operator", "--config", str(path)], wait=False))
+            url = f"http://127.0.0.1:{ports[site]}"
+            wait_for(lambda url=url: http("GET", url + "/healthz")[0] == 200)
+        gw = {
+            "listen": "127.0.0.1:0",
+            "local_site": "a",
+            "operator": {"url": f"http://127.0.0.1:{ports['a']}", "poll_interval_s": 0.25},
+            "sites": [{"name": s, "backend_url": self.fakes[s].url} for s in SLOTS],
+            "models": [{"name": "m"}],
+            "health": {"interval_s": 0.25},
+            "availability": {"freshness_window_ms": 1500, "lookback_ms": 1500, **availability},
+        }
+        path = tmp / "gateway.yaml"
+        path.write_text(yaml.safe_dump(gw))
+        self.gateway = self._start(["gateway", "--config", str(path)])
+        wait_for(lambda: http("GET", self.gateway.url + "/readyz")[0] == 200)
+        wait_for(lambda: self.live() == {"a": "live", "b": "live"}, timeout=15)
+
+    def _start(self, args: list[str]) -> Proc:
+        proc = Proc(args)
+        self.procs.append(proc)
+        return proc
+
+    def status(self) -> dict[str, dict[str, object]]:
+        body = http("GET", self.gateway.url + "/grid/status")[1]
+        return {s["site"]: s for s in body["sites"]}
+
+    def live(self) -> dict[str, object]:
+        return {site: s["live"] for site, s in self.status().items()}
+
+    def admin(self, site: str, verb: str, body: dict[str, object]) -> None:
+        status, answer, _ = http("POST", f"{self.fakes[site].url}/admin/{verb}", body)
+        assert status == 200, answer
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+async def _load(url: str, workers: int, per_worker: int) -> tuple[collections.Counter[str], int]:
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    seen: collections.Counter[str] = collections.Counter()
+    errors = 0
+
+    async def worker() -> None:
+        nonlocal errors
+        for _ in range(per_worker):
+            try:
+                raw = await client.chat.completions.with_raw_response.create(
+                    model="m", messages=CHAT
+                )
+                seen[raw.headers["x-grid-site"]] += 1
+            except openai.APIError:
+                errors += 1
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    finally:
+        await client.close()
+    return seen, errors
+
+
+def _holds(url: str) -> int:
+    """Requests the gateway held in its admission queue (selections with path `hold`)."""
+    total = http("GET", url + "/grid/status")[1]["selections"]["total"]
+    return sum(n for key, n in _flat(total) if "hold" in key)
+
+
+def _flat(value: object, prefix: str = "") -> list[tuple[str, int]]:
+    if isinstance(value, dict):
+        return [kv for k, v in value.items() for kv in _flat(v, f"{prefix}/{k}")]
+    return [(prefix, int(value))] if isinstance(value, int | float) else []
+
+
+@pytest.fixture
+def queued_grid(tmp_path: Path) -> Grid:
+    # The admission queue on: a gateway that reads its fair share as the 0.05 floor holds
+    # every request while both sites have free slots (issue 11).
+    g = Grid(tmp_path, {"max_queue_ms": 400})
+    try:
+        yield g  # type: ignore[misc]
+    finally:
+        g.close()
+
+
+def test_external_load_does_not_starve_a_lone_gateway(queued_grid: Grid) -> None:
+    g = queued_grid
+    for site in SLOTS:
+        g.admin(site, "external", {"in_flight": 5})  # 3 free slots left at each site
+    wait_for(lambda: all((s["rho_reported"] or 0) > 0.5 for s in g.status().values()), timeout=10)
+    seen, errors = asyncio.run(_load(g.gateway.url, 4, 30))
+    assert errors == 0
+    total = sum(seen.values())
+    assert total == 120
+    # The seed's two-site rule keeps each share within 10-90 %.
+    assert min(seen["a"], seen["b"]) >= 0.1 * total, seen
+    # Four clients, six free slots: nothing had to wait at the gateway.
+    assert _holds(g.gateway.url) <= 4, _holds(g.gateway.url)
+    # The gateway knows the load was not its own: its share of the room is all of it.
+    body = http("GET", g.gateway.url + "/grid/status")[1]
+    assert body["external_in_flight"] >= 8, body["external_in_flight"]
+    assert all(s["share"] == 1.0 for s in body["sites"]), body["sites"]
+
+
+@pytest.fixture
+def grid(tmp_path: Path) -> Grid:
+    g = Grid(tmp_path, {})
+    try:
+        yield g  # type: ignore[misc]
+    finally:
+        g.close()
+
+
+def test_a_site_whose_metrics_fail_while_it_serves_goes_silent_then_returns(grid: Grid) -> None:
+    g = grid
+    g.admin("b", "metrics", {"status": 500})
+    # Its operator keeps publishing readiness (staleMetricsSeconds 30) but no load: the
+    # gateway judges it silent one window after its last load, not 30 s later.
+    wait_for(lambda: g.live()["b"] == "silent", timeout=8)
+    seen, errors = asyncio.run(_load(g.gateway.url, 2, 20))
+    assert errors == 0 and seen == {"a": 40}, seen
+    # The backend kept serving all along.
+    status, _, _ = http(
+        "POST",
+        g.fakes["b"].url + "/v1/chat/completions",
+        {"model": "m", "messages": CHAT},
+    )
+    assert status == 200
+    g.admin("b", "metrics", {"status": None})
+    wait_for(lambda: g.live()["b"] == "live", timeout=10)
+    seen, errors = asyncio.run(_load(g.gateway.url, 8, 20))
+    assert errors == 0 and seen["b"] > 0, seen

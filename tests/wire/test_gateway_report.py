@@ -1,0 +1,83 @@
+"""The gateway's load report (poll headers) and the gateway sums relayed in /signals."""
+
+from gridroute.core.sample import Sample
+from gridroute.wire.gateway_report import (
+    MAX_ENTRIES,
+    parse_in_flight,
+    render_in_flight,
+    valid_gateway_id,
+)
+from gridroute.wire.signals import (
+    GATEWAY_MAX_TARGETS,
+    DropReason,
+    GatewaySums,
+    decode_relay,
+    encode_relay,
+)
+
+
+def test_a_report_round_trips_and_leaves_out_zeros() -> None:
+    text = render_in_flight({"hub/pool-a": 12, "west/pool-a": 3, "east/p": 0})
+    assert text == "hub/pool-a=12,west/pool-a=3"
+    assert parse_in_flight(text) == {"hub/pool-a": 12, "west/pool-a": 3}
+    assert parse_in_flight("") == {}
+
+
+def test_a_report_keeps_the_largest_counts_within_its_bound() -> None:
+    counts = {f"s{i}/p": i + 1 for i in range(MAX_ENTRIES + 10)}
+    parsed = parse_in_flight(render_in_flight(counts))
+    assert parsed is not None and len(parsed) == MAX_ENTRIES
+    assert min(parsed.values()) == 11
+
+
+def test_a_malformed_report_is_ignored_whole() -> None:
+    for bad in ("hub/p=1,west", "hub=3", "hub/p=-1", 'hub/p"=1', "hub/p=99999999", "x" * 9000):
+        assert parse_in_flight(bad) is None, bad
+    assert valid_gateway_id("gw-1-0-abc") and not valid_gateway_id("bad id")
+    assert not valid_gateway_id(None)
+
+
+def _sample(site: str, at: float) -> Sample:
+    return Sample(site, "p", at, running=1.0, waiting=0.0, ready=1.0, generation=1)
+
+
+def test_gateway_sums_round_trip_beside_the_rows() -> None:
+    sums = {
+        "west": GatewaySums(100.0, 2, {"hub/p": 12.0, "west/p": 3.0}),
+        "hub": GatewaySums(100.5, 1, {}),
+    }
+    enc = encode_relay([[_sample("west", 99.0)]], {}, local_site="west", gateways=sums)
+    dec = decode_relay(enc.body, date=101.0, offset=5.0)
+    assert dec.dropped == {}
+    assert dec.gateways["west"] == GatewaySums(105.0, 2, {"hub/p": 12.0, "west/p": 3.0})
+    assert dec.gateways["hub"] == GatewaySums(105.5, 1, {})
+    assert len(dec.samples) == 1
+    # Every metric family is one group under its TYPE line (a valid exposition).
+    lines = enc.body.decode().splitlines()
+    types = [ln.split()[2] for ln in lines if ln.startswith("# TYPE")]
+    assert len(types) == len(set(types))
+
+
+def test_a_peer_speaks_only_for_its_own_gateways() -> None:
+    sums = {"west": GatewaySums(100.0, 1, {"hub/p": 2.0}), "east": GatewaySums(100.0, 1, {})}
+    enc = encode_relay([], {}, local_site="west", gateways=sums)
+    dec = decode_relay(enc.body, date=100.0, offset=0.0, expected_site="west")
+    assert set(dec.gateways) == {"west"}
+    assert dec.dropped[DropReason.SITE_MISMATCH] == 1
+
+
+def test_gateway_targets_are_capped_per_site() -> None:
+    many = {f"s{i}/p": float(i + 1) for i in range(GATEWAY_MAX_TARGETS + 5)}
+    enc = encode_relay([], {}, local_site="w", gateways={"w": GatewaySums(1.0, 3, many)})
+    dec = decode_relay(enc.body, date=1.0, offset=0.0)
+    assert len(dec.gateways["w"].in_flight) == GATEWAY_MAX_TARGETS
+    assert min(dec.gateways["w"].in_flight.values()) == 6.0
+
+
+def test_a_gateway_row_without_its_target_labels_is_refused() -> None:
+    body = (
+        b'grid_gateway_in_flight{grid_site="w"} 3 1000\n'
+        b'grid_gateways_reporting{grid_site="w"} 1.5 1000\n'
+    )
+    dec = decode_relay(body, date=1.0, offset=0.0)
+    assert dec.dropped[DropReason.PARSE] == 2 and dec.gateways == {}
