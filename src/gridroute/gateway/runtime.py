@@ -25,6 +25,7 @@ from gridroute.gateway.config import GatewayConfig, OperatorLink, load_config
 from gridroute.gateway.current import CurrentGrid
 from gridroute.gateway.health import HealthProber
 from gridroute.gateway.metrics import GatewayMetrics
+from gridroute.gateway.overlay_watch import OverlayWatch
 from gridroute.gateway.routing import build_routing
 from gridroute.gateway.shedding_state import SheddingState
 from gridroute.gateway.signals_loop import SignalsLoop, SignalsSource
@@ -106,6 +107,10 @@ class Gateway:
         self.prober = HealthProber(cfg.health, self.backends, lambda: self.current)
         self.history = DecisionHistory()
         self._tasks: list[asyncio.Task[None]] = []
+        self.overlay: OverlayWatch | None = None
+        """The routing overlay (`overlay:` in the config), None without one."""
+        if cfg.overlay is not None:
+            self.overlay = OverlayWatch(cfg.overlay, lambda: self.routing, self.metrics.registry)
 
     @property
     def ready(self) -> bool:
@@ -117,9 +122,17 @@ class Gateway:
     async def start(self) -> None:
         await self.backends.sync(self.routing.backends)
         self._start_signals()
+        if self.overlay is not None:
+            await self.overlay.read_once()  # serve the overlay from the first request on
+            self._tasks.append(asyncio.create_task(self._watch_overlay(), name="overlay"))
         if self.cfg.health.enabled:
             self._tasks.append(asyncio.create_task(self.prober.run(), name="health"))
         self._tasks.append(asyncio.create_task(self._record_history(), name="history"))
+
+    async def _watch_overlay(self) -> None:
+        assert self.overlay is not None
+        await asyncio.sleep(self.overlay.cfg.poll_interval_s)
+        await self.overlay.run()
 
     async def _record_history(self) -> None:
         while True:
@@ -150,6 +163,8 @@ class Gateway:
         self._tasks.clear()
         if self.signals is not None:
             await self.signals.source.close()
+        if self.overlay is not None:
+            await self.overlay.close()
         await self.backends.close()
 
     async def reload(self, cfg: GatewayConfig) -> None:
@@ -168,6 +183,14 @@ class Gateway:
             self.current.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
             self.affinity_header = cfg.affinity.header
         self.prober.cfg = cfg.health
+        if self.overlay is not None:
+            if cfg.overlay is None:
+                log.warning("reload: overlay removed; it takes effect at the next restart")
+            else:
+                self.overlay.cfg = cfg.overlay
+                self.overlay.forget_source()  # re-checked against the new backends
+        elif cfg.overlay is not None:
+            log.warning("reload: overlay added; it takes effect at the next restart")
         if cfg.tracing != old.tracing:
             self.tracer = make_tracer(cfg.tracing)
         if (cfg.operator, cfg.signals, cfg.local_site) != (
