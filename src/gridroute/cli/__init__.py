@@ -13,6 +13,8 @@ import typer
 
 from gridroute.cli.config import app as config_app
 from gridroute.cli.load import load
+from gridroute.cli.overlay import app as overlay_app
+from gridroute.cli.overlay import control
 from gridroute.cli.sim import app as sim_app
 from gridroute.cli.wait import wait
 from gridroute.demo.cli import demo
@@ -35,6 +37,8 @@ app.add_typer(config_app, name="config")
 app.command("demo")(demo)
 app.command("wait")(wait)
 app.command("load")(load)
+app.add_typer(overlay_app, name="overlay")
+app.command("control")(control)
 
 
 def _print_version(value: bool) -> None:

@@ -53,6 +53,7 @@ def _evidence(d: GroupDecision, table: RouteTable, slot: Slot) -> tuple[tuple[st
         ("x-grid-picker", d.picker.value),
         ("x-grid-overlay-revision", str(table.index.revision)),
         ("x-grid-affinity", d.affinity.value),
+        ("x-grid-step", d.step.value),
     )
 
 
