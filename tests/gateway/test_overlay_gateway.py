@@ -238,3 +238,135 @@ def test_only_excluded_answers_503_and_unnamed_models_keep_config_routing(tmp_pa
             assert "x-grid-picker" not in r.headers
 
     run(scenario)
+
+
+def test_the_overlay_from_a_url_with_etags_and_requests_never_call_it(tmp_path: Path) -> None:
+    from aiohttp import web
+
+    from gridroute.control.overlay_service import OverlayService
+
+    inp = tmp_path / "in.yaml"
+    inp.write_text(
+        f"providers: [{{site: a}}, {{site: b}}]\nmodels: [{{model: {MODEL}, picker: roundRobin}}]\n"
+    )
+
+    async def scenario() -> None:
+        svc = OverlayService(inp)
+        await svc.step()
+        runner = web.AppRunner(svc.app())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/overlay"
+        try:
+            cfg = {"url": url, "poll_interval_s": 3600}
+            async with running_grid({n: fake(n) for n in "ab"}, overlay=cfg) as g:
+                watch = g.gw.overlay
+                assert watch is not None and watch.index is not None
+                served = svc.served
+                got = [(await _post(g)).headers["x-grid-provider"] for _ in range(6)]
+                assert got == ["a/a", "b/b"] * 3
+                assert svc.served == served  # the requests made no control-plane call
+                assert await watch.read_once() == "same"  # a 304 on the ETag
+                assert svc.served == served + 1
+        finally:
+            await runner.cleanup()
+
+    run(scenario)
+
+
+def test_a_request_in_flight_keeps_the_overlay_it_started_with(tmp_path: Path) -> None:
+    import asyncio
+
+    f = tmp_path / "overlay.json"
+    f.write_text(_overlay([["a"], ["b"]], revision=1))
+
+    async def scenario() -> None:
+        sites = {"a": fake("a", service_s=0.5), "b": fake("b")}
+        async with running_grid(sites, overlay=_overlay_cfg(f)) as g:
+            watch = g.gw.overlay
+            assert watch is not None
+            slow = asyncio.create_task(_post(g))
+            await asyncio.sleep(0.2)  # the request is at a now
+            f.write_text(_overlay([["b"]], revision=2, excluded=("a",)))
+            assert await watch.read_once() == "ok"
+            r = await slow
+            assert r.status_code == 200
+            assert (r.headers["x-grid-provider"], r.headers["x-grid-overlay-revision"]) == (
+                "a/a",
+                "1",
+            )
+            r = await _post(g)
+            assert (r.headers["x-grid-provider"], r.headers["x-grid-overlay-revision"]) == (
+                "b/b",
+                "2",
+            )
+
+    run(scenario)
+
+
+def test_spans_carry_the_bounded_decision_attributes(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from gridroute.gateway.tracing import RequestTracer
+
+    f = tmp_path / "overlay.json"
+    f.write_text(_overlay([["a", "b"]], revision=4))
+
+    async def scenario() -> None:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        async with running_grid({n: fake(n) for n in "ab"}, overlay=_overlay_cfg(f)) as g:
+            g.gw.tracer = RequestTracer(provider.get_tracer("test"))
+            await _post(g, "sess")
+            await _post(g)
+        first, second = exporter.get_finished_spans()
+        a1, a2 = dict(first.attributes or {}), dict(second.attributes or {})
+        assert (a1["grid.provider"], a1["grid.group"], a1["grid.picker"]) == (
+            "a/a",
+            0,
+            "roundRobin",
+        )
+        assert (a1["grid.affinity"], a1["grid.overlay.revision"], a1["grid.site"]) == (
+            "created",
+            4,
+            "a",
+        )
+        assert (a2["grid.provider"], a2["grid.step"], a2["grid.affinity"]) == (
+            "b/b",
+            "first",
+            "none",
+        )
+        assert all("sess" not in str(v) for v in a1.values())  # no session ids in spans
+
+    run(scenario)
+
+
+def test_weighted_split_is_exact_and_weight_changes_keep_bindings(tmp_path: Path) -> None:
+    def weighted(wa: int, wb: int, revision: int) -> str:
+        doc = json.loads(_overlay([["a", "b"]], picker="weighted", revision=revision))
+        for c, w in zip(doc["models"][0]["candidates"], (wa, wb), strict=True):
+            c["traffic_weight"] = w
+        return json.dumps(doc)
+
+    f = tmp_path / "overlay.json"
+    f.write_text(weighted(3, 1, 1))
+
+    async def scenario() -> None:
+        async with running_grid({n: fake(n) for n in "ab"}, overlay=_overlay_cfg(f)) as g:
+            watch = g.gw.overlay
+            assert watch is not None
+            got = [(await _post(g, f"s{i}")).headers["x-grid-provider"] for i in range(8)]
+            assert sorted(got) == ["a/a"] * 6 + ["b/b"] * 2
+            bound_to_b = f"s{got.index('b/b')}"
+            f.write_text(weighted(1, 0, 2))
+            assert await watch.read_once() == "ok"
+            r = await _post(g, bound_to_b)
+            assert (r.headers["x-grid-provider"], r.headers["x-grid-affinity"]) == ("b/b", "reused")
+            news = {(await _post(g, f"t{i}")).headers["x-grid-provider"] for i in range(4)}
+            assert news == {"a/a"}  # weight 0: no new picks
+
+    run(scenario)
