@@ -94,7 +94,7 @@ def test_the_revision_moves_only_on_a_semantic_change() -> None:
 def test_unknown_drains_and_models_are_refused_by_field() -> None:
     with pytest.raises(ValueError, match="drains"):
         _input(drains={"zz/zz": "existing_only"})
-    with pytest.raises(ValueError, match="providers.0.models"):
+    with pytest.raises(ValueError, match=r"providers\.0\.models"):
         RenderInput.model_validate(
             {"providers": [{"site": "a", "models": ["nope"]}], "models": [{"model": "m"}]}
         )
