@@ -173,7 +173,8 @@ def _saturation(
     tried: frozenset[str],
 ) -> Slot:
     if snapshot is not None:
-        d = decide(snapshot, model, rng, Policy.SATURATION, own, exclude=vg.outside | tried)
+        exclude = vg.outside | tried if tried else vg.outside
+        d = decide(snapshot, model, rng, Policy.SATURATION, own, exclude=exclude)
         if d.outcome is Outcome.ROUTE and d.view is not None:
             key = d.view.key
             for s in remaining:
