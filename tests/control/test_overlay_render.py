@@ -146,3 +146,58 @@ def test_render_then_check_on_the_command_line(tmp_path: Path) -> None:
     r = _cli("overlay", "check", str(bad))
     assert r.returncode == 2
     assert "models.0.candidates.1.selection_group: capability 'demo-model', group 2" in r.stderr
+
+
+def test_the_service_reads_freshness_and_readiness_from_operator_signals(
+    tmp_path: Path,
+) -> None:
+    import email.utils
+    import time
+
+    from aiohttp import web
+
+    from gridroute.core import Sample
+    from gridroute.wire.signals import CONTENT_TYPE, TIME_HEADER, encode_relay
+
+    async def scenario() -> None:
+        now = time.time()
+        histories = [
+            [Sample("a", "a", now - 1, running=1.0, waiting=0.0, ready=1.0, max_running=8)],
+            [Sample("b", "b", now - 1, running=1.0, waiting=0.0, ready=0.0, max_running=8)],
+            [Sample("c", "c", now - 120, running=1.0, waiting=0.0, ready=1.0, max_running=8)],
+        ]  # d: never reported
+
+        async def signals(_: web.Request) -> web.Response:
+            t = time.time()
+            body = encode_relay(histories, {}, local_site="a").body
+            headers = {
+                "Date": email.utils.formatdate(t, usegmt=True),
+                TIME_HEADER: f"{t:.3f}",
+                "Content-Type": CONTENT_TYPE,
+            }
+            return web.Response(body=body, headers=headers)
+
+        app = web.Application()
+        app.router.add_get("/signals", signals)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        data = yaml.safe_load((EXAMPLES / "drain.input.yaml").read_text())
+        data["signals"] = {"url": url, "stale_after_s": 30}
+        inp = tmp_path / "in.yaml"
+        inp.write_text(yaml.safe_dump(data))
+        svc = OverlayService(inp)
+        try:
+            assert await svc.step() is True
+        finally:
+            await svc.close()
+            await runner.cleanup()
+        assert svc.overlay is not None
+        cap = svc.overlay.models[0]
+        got = [(c.key, c.selection_group, c.fresh) for c in cap.candidates]
+        assert got == [("a/a", 0, True), ("c/c", 1, False), ("d/d", 2, False)]
+        assert [c.key for c in cap.excluded] == ["b/b"]  # unready
+
+    asyncio.run(scenario())
