@@ -39,8 +39,10 @@ def test_drain_retry_in_group_fall_through_and_recovery(tmp_path: Path) -> None:
     assert {(p, g) for p, g, _ in rows("a-dead")} == {("b/b", "0")}
     assert {s for _, _, s in rows("a-dead")} <= {"first", "in_group"}
     # a and b dead: group 1 takes the traffic, by falling through until the probes see
-    # group 0 down, then as the first viable group.
+    # group 0 down (the demo's first requests, unless the machine stalls for the 1.5 s
+    # the probes need; tests/gateway proves the fall-through step exactly), then as the
+    # first viable group.
     dead = rows("b-dead")
     assert {(p, g) for p, g, _ in dead} == {("d/d", "1")}
-    assert dead[0][2] == "fell_through" and dead[-1][2] == "first"
+    assert {s for _, _, s in dead} <= {"fell_through", "first"} and dead[-1][2] == "first"
     assert {(p, g) for p, g, _ in rows("recovered")} == {("a/a", "0"), ("b/b", "0")}

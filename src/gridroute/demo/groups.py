@@ -36,6 +36,8 @@ from gridroute.grid.supervisor import Child, Supervisor
 
 MODEL = "demo-model"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "groups"
+START_TIMEOUT_S = 90.0
+"""How long a process may take to say it listens (generous: shared CI machines)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,7 @@ class _Demo:
 
     def start_fakes(self, sites: list[str]) -> None:
         children = [self._spawn_fake(s) for s in sites]
-        self.sup.wait_announced(children, 30)
+        self.sup.wait_announced(children, START_TIMEOUT_S)
 
     def _spawn_fake(self, site: str) -> Child:
         child = self.sup.start(
@@ -164,7 +166,7 @@ class _Demo:
                 str(control_interval_s),
             ],
         )
-        self.sup.wait_announced([control], 20)
+        self.sup.wait_announced([control], START_TIMEOUT_S)
         assert control.url is not None
         self.control_url = control.url
         cfg = {
@@ -179,11 +181,11 @@ class _Demo:
         path = self.dir / "gateway.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         gw = self.sup.start("gateway", ["gateway", "--config", str(path)])
-        self.sup.wait_announced([gw], 30)
+        self.sup.wait_announced([gw], START_TIMEOUT_S)
         assert gw.url is not None
         self.gateway_url = gw.url
-        _until(lambda: self.overlay()["revision"] is not None, 20, "the gateway's first overlay")
-        _until(lambda: self.status()["ready"], 20, "gateway readiness")
+        _until(lambda: self.overlay()["revision"] is not None, 30, "the gateway's first overlay")
+        _until(lambda: self.status()["ready"], 30, "gateway readiness")
 
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = _get(self.gateway_url + "/grid/status")
