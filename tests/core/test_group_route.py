@@ -207,3 +207,12 @@ def test_saturation_picks_the_least_loaded_of_the_group_and_never_outside() -> N
         t, MODEL, PickerStates(), Random(0), snapshot=snap, tried=frozenset({"b/p"}), last="b/p"
     )
     assert retry is not None and retry.slot is not None and retry.slot.site == "a"
+
+
+def test_weighted_fall_through_into_a_partly_tried_group_stays_in_range() -> None:
+    idx = _index((NEW, ["a"]), (NEW, ["b", "c"]), picker=Picker.WEIGHTED, weights={"b": 1, "c": 5})
+    t = build_table(idx)
+    for _ in range(8):
+        d = route(t, MODEL, PickerStates(), Random(0), tried=frozenset({"a/p", "c/p"}), last="a/p")
+        assert d is not None and d.slot is not None
+        assert (d.slot.site, d.step) == ("b", Step.FELL_THROUGH)

@@ -110,14 +110,20 @@ class ViableGroup:
     """`weighted_cycle` over `new` (weighted picker only)."""
     outside: frozenset[str]
     """Every key of the model not in `new` (saturation decides with these excluded)."""
+    by_key: Mapping[str, int]
+    """Index in `new` by key (saturation maps the core's choice back in O(1))."""
+    first: Mapping[Affinity, tuple[GroupDecision, ...]]
+    """The first-attempt decision for each member and affinity outcome, made once per
+    table: a frozen dataclass costs ~2 us to build, more than the picker itself."""
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRoute:
     groups: ModelGroups
     viable: tuple[ViableGroup, ...]
-    bindable: frozenset[str]
-    """Keys a bound session may go back to: admitted (new or existing), not down."""
+    reuse: Mapping[str, GroupDecision]
+    """Keys a bound session may go back to (admitted, new or existing, not down), with
+    the decision that reuses each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,20 +139,29 @@ def build_table(index: OverlayIndex, down: Iterable[str] = ()) -> RouteTable:
     for name, mg in index.models.items():
         every = frozenset(s.key for g in mg.groups for s in g.slots)
         viable: list[ViableGroup] = []
-        bindable: set[str] = set()
+        reuse: dict[str, GroupDecision] = {}
+        picker = mg.picker
         for g in mg.groups:
             if g.admission is Admission.EXCLUDED:
                 continue
             alive = tuple(s for s in g.slots if s.key not in dead)
-            bindable.update(s.key for s in alive)
+            for s in alive:
+                if s.key not in reuse:
+                    reuse[s.key] = GroupDecision(s, g.number, picker, Affinity.REUSED, Step.BOUND)
             if g.admission is not Admission.NEW_AND_EXISTING or not alive:
                 continue
             cycle: tuple[int, ...] = ()
             if mg.picker is Picker.WEIGHTED:
                 cycle = weighted_cycle(effective_weights([s.weight for s in alive]))
             keys = frozenset(s.key for s in alive)
-            viable.append(ViableGroup(g, alive, cycle, every - keys))
-        models[name] = ModelRoute(mg, tuple(viable), frozenset(bindable))
+            n = len(alive)
+            by_key = {alive[i].key: i for i in range(n - 1, -1, -1)}  # duplicates: the first
+            first = {
+                a: tuple(GroupDecision(s, g.number, picker, a, Step.FIRST) for s in alive)
+                for a in (Affinity.CREATED, Affinity.NONE, Affinity.FAILED_OVER)
+            }
+            viable.append(ViableGroup(g, alive, cycle, every - keys, by_key, first))
+        models[name] = ModelRoute(mg, tuple(viable), reuse)
     return RouteTable(index, models)
 
 
@@ -176,10 +191,9 @@ def _saturation(
         exclude = vg.outside | tried if tried else vg.outside
         d = decide(snapshot, model, rng, Policy.SATURATION, own, exclude=exclude)
         if d.outcome is Outcome.ROUTE and d.view is not None:
-            key = d.view.key
-            for s in remaining:
-                if s.key == key:
-                    return s
+            i = vg.by_key.get(d.view.key)
+            if i is not None and vg.new[i].key not in tried:
+                return vg.new[i]
     return remaining[0]
 
 
@@ -222,11 +236,10 @@ def route(
     picker = mr.groups.picker
     affinity = Affinity.CREATED if session else Affinity.NONE
     if bound is not None:
-        if bound in mr.bindable and bound not in tried:
-            for g in mr.groups.groups:
-                for s in g.slots:
-                    if s.key == bound:
-                        return GroupDecision(s, g.number, picker, Affinity.REUSED, Step.BOUND)
+        if bound not in tried:
+            reused = mr.reuse.get(bound)
+            if reused is not None:
+                return reused
         affinity = Affinity.FAILED_OVER
     failed_group = None
     if last is not None:
@@ -234,32 +247,27 @@ def route(
             if any(s.key == last for s in vg.group.slots):
                 failed_group = vg.group.number
                 break
+    if not tried:  # the first attempt: the best viable group's picker
+        for vg in mr.viable:
+            if picker is Picker.SATURATION:
+                slot = _saturation(vg, vg.new, snapshot, model, rng, own, tried)
+                return vg.first[affinity][vg.by_key[slot.key]]
+            n = len(vg.new)
+            i = pick_index(picker, n, vg.cycle, states, model, vg.group.number, rng)
+            return vg.first[affinity][i]
     for vg in mr.viable:
-        remaining = vg.new if not tried else tuple(s for s in vg.new if s.key not in tried)
+        remaining = tuple(s for s in vg.new if s.key not in tried)
         if not remaining:
             continue
         number = vg.group.number
-        if not tried:
-            step = Step.FIRST
-            if picker is Picker.SATURATION:
-                slot = _saturation(vg, remaining, snapshot, model, rng, own, tried)
-            else:
-                slot = remaining[
-                    pick_index(picker, len(remaining), vg.cycle, states, model, number, rng)
-                ]
+        if picker is Picker.SATURATION:
+            slot = _saturation(vg, remaining, snapshot, model, rng, own, tried)
         elif number == failed_group:
-            step = Step.IN_GROUP
-            if picker is Picker.SATURATION:
-                slot = _saturation(vg, remaining, snapshot, model, rng, own, tried)
-            else:
-                slot = _after(remaining, vg.new, last)
+            slot = _after(remaining, vg.new, last)
         else:
-            step = Step.FELL_THROUGH if failed_group is not None or tried else Step.FIRST
-            if picker is Picker.SATURATION:
-                slot = _saturation(vg, remaining, snapshot, model, rng, own, tried)
-            else:
-                slot = remaining[
-                    pick_index(picker, len(remaining), vg.cycle, states, model, number, rng)
-                ]
+            # The weighted cycle indexes `new`; with some members tried it does not apply.
+            cycle = vg.cycle if len(remaining) == len(vg.new) else ()
+            slot = remaining[pick_index(picker, len(remaining), cycle, states, model, number, rng)]
+        step = Step.IN_GROUP if number == failed_group else Step.FELL_THROUGH
         return GroupDecision(slot, number, picker, affinity, step)
     return GroupDecision(None, None, picker, affinity, Step.NONE)
