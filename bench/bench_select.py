@@ -6,6 +6,12 @@ For 3, 10 and 100 sites (capacities 64..256, loads 10-90 %), times `decide` unde
 policy on one core and prints microseconds per decision and the ratio to a plain
 `random.choice` over the same candidate list (the cheapest "router" Python can do).
 Targets (issue 2): 3 sites under 10 us, 100 sites under 100 us, per decision.
+
+Then the overlay rows (issue 12): `core.group_route.route` with every candidate in one
+selection group, per picker, at 3 and 100 candidates. "added" is what the picker costs
+on top of the group walk: route with that picker minus route with `deterministic`
+(for `saturation`, minus the plain `decide(..., saturation)` it wraps). Target: the
+picker adds at most 2 us per decision.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from gridroute.core import (
     Sample,
     decide,
 )
+from gridroute.core.group_route import Group, ModelGroups, OverlayIndex, Slot, build_table, route
+from gridroute.core.groups import Admission
+from gridroute.core.pickers import Picker, PickerStates
 
 
 def build(n_sites: int, seed: int = 1) -> tuple[GridState, OwnLoad]:
@@ -83,6 +92,54 @@ def main() -> None:
             us = per_call_us(lambda p=policy, sn=snap, r=rng, c=counts: decide(sn, "m", r, p, c), n)
             print(
                 f"{n_sites:>5} {policy.value:>10} {us:>12.2f} {1e6 / us:>12,.0f} "
+                f"{base:>11.3f} {us / base:>6.1f}"
+            )
+
+    overlay_rows(args.n)
+
+
+def overlay_rows(n_calls: int, reps: int = 7) -> None:
+    """Interleaved: every repetition times each variant once, in turn, and each keeps
+    its best, so a noisy neighbour slows all of them alike rather than one. Timed in
+    this thread's CPU time (`time.thread_time`), so time spent descheduled on a
+    shared machine does not count."""
+    print(
+        f"\n{'sites':>5} {'picker':>13} {'us/decision':>12} {'added us':>9} "
+        f"{'baseline us':>11} {'ratio':>6}"
+    )
+    for n_sites in (3, 100):
+        state, own = build(n_sites)
+        snap = state.snapshot
+        assert snap is not None
+        rng = random.Random(7)
+        views = list(snap.views)
+        n = n_calls if n_sites < 100 else max(n_calls // 10, 1000)
+        counts = own.counts
+        slots = tuple(Slot(v.site, v.provider, 1 + i % 5) for i, v in enumerate(views))
+        fns: dict[str, Callable[[], object]] = {
+            "baseline": lambda r=rng, vs=views: r.choice(vs),
+            "decide": lambda sn=snap, r=rng, c=counts: decide(sn, "m", r, Policy.SATURATION, c),
+        }
+        for picker in Picker:
+            mg = ModelGroups("m", picker, (Group(0, Admission.NEW_AND_EXISTING, slots),))
+            table = build_table(OverlayIndex(1, "d", {"m": mg}))
+            states = PickerStates()
+            fns[picker.value] = lambda t=table, st=states, r=rng, sn=snap, c=counts: route(
+                t, "m", st, r, snapshot=sn, own=c
+            )
+        best = dict.fromkeys(fns, float("inf"))
+        for _ in range(reps):
+            for name, fn in fns.items():
+                t0 = time.thread_time()
+                for _ in range(n):
+                    fn()
+                best[name] = min(best[name], (time.thread_time() - t0) / n * 1e6)
+        base = best["baseline"]
+        for picker in Picker:
+            us = best[picker.value]
+            ref = best["decide"] if picker is Picker.SATURATION else best["deterministic"]
+            print(
+                f"{n_sites:>5} {picker.value:>13} {us:>12.2f} {us - ref:>9.2f} "
                 f"{base:>11.3f} {us / base:>6.1f}"
             )
 

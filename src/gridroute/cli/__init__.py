@@ -13,6 +13,8 @@ import typer
 
 from gridroute.cli.config import app as config_app
 from gridroute.cli.load import load
+from gridroute.cli.overlay import app as overlay_app
+from gridroute.cli.overlay import control
 from gridroute.cli.sim import app as sim_app
 from gridroute.cli.wait import wait
 from gridroute.control.cli import traffic_app, trafficmap_app
@@ -38,6 +40,8 @@ app.command("wait")(wait)
 app.command("load")(load)
 app.add_typer(trafficmap_app, name="trafficmap")
 app.add_typer(traffic_app, name="traffic")
+app.add_typer(overlay_app, name="overlay")
+app.command("control")(control)
 
 
 def _print_version(value: bool) -> None:

@@ -202,6 +202,36 @@ class AffinityConfig(_Frozen):
     max_entries: int = Field(100_000, ge=1)
     """Sessions remembered per worker (least recently used forgotten first). Default:
     100000."""
+    user_field: bool = True
+    """Under a routing overlay, a request without the header is keyed by the body's
+    OpenAI `user` field when it has one. Default: true."""
+
+
+class OverlayConfig(_Frozen):
+    """Where the gateway reads its routing overlay (docs/overlay.md): a file it watches
+    or a URL it polls. Models the overlay names are routed by its groups and pickers;
+    the others keep `models:` routing."""
+
+    file: str | None = None
+    """Overlay file, re-read when its content changes. Default: none."""
+    url: str | None = None
+    """Overlay URL (e.g. `gridroute control`'s `/overlay`), polled. Default: none."""
+    poll_interval_s: float = Field(1.0, gt=0)
+    """Seconds between reads of the file or the URL. Default: 1.0."""
+    timeout_s: float = Field(2.0, gt=0)
+    """Seconds one URL read may take. Default: 2.0."""
+    max_attempts: int = Field(3, ge=1, le=10)
+    """Attempts per request, the first included: retries stay in the selected group
+    while it has an untried viable member, then fall through to the next group.
+    Default: 3."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> OverlayConfig:
+        if (self.file is None) == (self.url is None):
+            raise ValueError("overlay: set exactly one of file and url")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"overlay.url: must start with http:// or https:// (got {self.url!r})")
+        return self
 
 
 class HealthConfig(_Frozen):
@@ -270,6 +300,8 @@ class GatewayConfig(_Frozen):
     """On SIGTERM, how long the listener stays open answering `/readyz` 503 and every
     new request 503 `shutting_down` with `Retry-After` and `Connection: close`, so load
     balancers and kept-alive clients move away without a reset. Default: 5."""
+    overlay: OverlayConfig | None = None
+    """Routing overlay (selection groups and pickers). Default: none (`models:` only)."""
     shutdown_grace_s: float = Field(30.0, ge=0)
     """After the drain period, how long in-flight requests and streams may still run
     before they are cut. Default: 30."""

@@ -21,11 +21,12 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
+from typing import Protocol
 
 from aiohttp import web
 
-from gridroute.core import Decision, Outcome, SiteView
+from gridroute.core import Decision, Outcome
 from gridroute.core.flow import (
     Answered,
     Attempt,
@@ -37,7 +38,7 @@ from gridroute.core.flow import (
     Step,
     request_flow,
 )
-from gridroute.gateway import upstream
+from gridroute.gateway import overlay_route, upstream
 from gridroute.gateway.admission_queue import wait_in_queue
 from gridroute.gateway.request_body import parse_model
 from gridroute.gateway.runtime import GATEWAY, Gateway
@@ -62,6 +63,11 @@ _HOP_BY_HOP = frozenset(
         "expect",
     }
 )
+BEFORE_ANSWER = (upstream.ConnectFailed, upstream.ConnectTimeout, upstream.Disconnected)
+"""For the overlay's request path (`gateway.overlay_route`): failures before the backend
+answered anything, retried in the group (`core/flow.py` names the same ones for `models:`)."""
+RETRY_STATUS = frozenset({429, 503})
+"""Answers the overlay's request path retries in the group."""
 
 
 def error_response(status: int, body: bytes, retry_after: int | None = None) -> web.Response:
@@ -139,6 +145,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return got
     body, model = got
     current = gw.current
+    if gw.overlay is not None and gw.overlay.routes(model):
+        return await overlay_route.handle(gw, request, body, model, t0)
     policy = current.routing.policies.get(model)
     if policy is None:
         gw.metrics.duration("", 404, clock() - t0)
@@ -275,9 +283,25 @@ class _Answer(web.StreamResponse):
     _send_headers_immediately = False
 
 
-def _fill_headers(resp: web.StreamResponse, up: upstream.Response, view: SiteView) -> None:
-    """The backend's headers minus hop-by-hop ones, with this gateway's `x-grid-*`,
-    written into `resp`'s own table (a table passed to `StreamResponse` is copied)."""
+class Named(Protocol):
+    """Where an answer came from: a `SiteView`, or an overlay's `Slot`."""
+
+    @property
+    def site(self) -> str: ...
+
+    @property
+    def provider(self) -> str: ...
+
+
+def _fill_headers(
+    resp: web.StreamResponse,
+    up: upstream.Response,
+    view: Named,
+    extra: Sequence[tuple[str, str]] = (),
+) -> None:
+    """The backend's headers minus hop-by-hop ones, with this gateway's `x-grid-*`
+    (and `extra`), written into `resp`'s own table (a table passed to `StreamResponse`
+    is copied)."""
     add = resp.headers.add
     for k, v in up.headers:
         lk = k.lower()
@@ -286,11 +310,18 @@ def _fill_headers(resp: web.StreamResponse, up: upstream.Response, view: SiteVie
         add(k, v)
     add("x-grid-site", view.site)
     add("x-grid-backend", view.provider)
+    for k, v in extra:
+        add(k, v)
     if up.content_length is not None and not up.chunked:
         resp.content_length = up.content_length
 
 
-async def _relay(request: web.Request, up: upstream.Response, view: SiteView) -> web.StreamResponse:
+async def _relay(
+    request: web.Request,
+    up: upstream.Response,
+    view: Named,
+    extra: Sequence[tuple[str, str]] = (),
+) -> web.StreamResponse:
     """Status, headers and body of the backend's answer, chunk by chunk, with backpressure.
 
     `resp.write` waits for the client's socket to drain past aiohttp's high-water mark,
@@ -300,7 +331,7 @@ async def _relay(request: web.Request, up: upstream.Response, view: SiteView) ->
     client connection: a truncated answer must not look complete.
     """
     resp = _Answer(status=up.status, reason=up.reason)
-    _fill_headers(resp, up, view)
+    _fill_headers(resp, up, view, extra)
     if up.is_eof():
         # The whole body came with the headers (a small non-streamed answer): one
         # write of headers and body, no relay loop.
@@ -330,3 +361,7 @@ async def _relay(request: web.Request, up: upstream.Response, view: SiteView) ->
         return resp
     await resp.write_eof(last)
     return resp
+
+
+relay = _relay
+"""The relay, for the overlay's request path (`gateway.overlay_route`)."""

@@ -29,6 +29,7 @@ from gridroute.gateway.current import CurrentGrid
 from gridroute.gateway.health import HealthProber
 from gridroute.gateway.load_report import LoadReport, gateway_id
 from gridroute.gateway.metrics import GatewayMetrics
+from gridroute.gateway.overlay_watch import OverlayWatch
 from gridroute.gateway.routing import build_routing
 from gridroute.gateway.shedding_state import SheddingState
 from gridroute.gateway.signals_loop import SignalsLoop, SignalsSource
@@ -138,6 +139,10 @@ class Gateway:
         self.history = DecisionHistory()
         self.timeline = Timeline()
         self._tasks: list[asyncio.Task[None]] = []
+        self.overlay: OverlayWatch | None = None
+        """The routing overlay (`overlay:` in the config), None without one."""
+        if cfg.overlay is not None:
+            self.overlay = OverlayWatch(cfg.overlay, lambda: self.routing, self.metrics.registry)
 
     def _learned_soft(self, key: str) -> float | None:
         view = self.current.snapshot.view(key)
@@ -153,9 +158,17 @@ class Gateway:
     async def start(self) -> None:
         await self.backends.sync(self.routing.backends)
         self._start_signals()
+        if self.overlay is not None:
+            await self.overlay.read_once()  # serve the overlay from the first request on
+            self._tasks.append(asyncio.create_task(self._watch_overlay(), name="overlay"))
         if self.cfg.health.enabled:
             self._tasks.append(asyncio.create_task(self.prober.run(), name="health"))
         self._tasks.append(asyncio.create_task(self._record_history(), name="history"))
+
+    async def _watch_overlay(self) -> None:
+        assert self.overlay is not None
+        await asyncio.sleep(self.overlay.cfg.poll_interval_s)
+        await self.overlay.run()
 
     async def _record_history(self) -> None:
         while True:
@@ -198,6 +211,8 @@ class Gateway:
         self._tasks.clear()
         if self.signals is not None:
             await self.signals.source.close()
+        if self.overlay is not None:
+            await self.overlay.close()
         await self.backends.close()
         if self.tracer is not None:  # export the spans still buffered, off the loop
             await asyncio.to_thread(self.tracer.shutdown)
@@ -221,6 +236,14 @@ class Gateway:
             self.affinity_header = cfg.affinity.header
         self.prober.cfg = cfg.health
         self.claims.bounds = claim_bounds(cfg)
+        if self.overlay is not None:
+            if cfg.overlay is None:
+                log.warning("reload: overlay removed; it takes effect at the next restart")
+            else:
+                self.overlay.cfg = cfg.overlay
+                self.overlay.forget_source()  # re-checked against the new backends
+        elif cfg.overlay is not None:
+            log.warning("reload: overlay added; it takes effect at the next restart")
         if cfg.tracing != old.tracing:
             previous, self.tracer = self.tracer, make_tracer(cfg.tracing)
             if previous is not None:

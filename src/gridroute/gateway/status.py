@@ -122,4 +122,23 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
         "poll": poll,
         "health_rounds": gw.prober.rounds,
         "reloads": dict(gw.reloads, last_error=gw.last_reload_error),
+        "overlay": overlay_status(gw),
+    }
+
+
+def overlay_status(gw: Gateway) -> dict[str, Any] | None:
+    """The serving overlay: revision, digest, reads and their results (None: no overlay)."""
+    watch = gw.overlay
+    if watch is None:
+        return None
+    idx = watch.index
+    return {
+        "source": watch.source,
+        "revision": None if idx is None else idx.revision,
+        "accepted_revision": watch.accepted_revision,
+        "digest": None if idx is None else idx.digest,
+        "fetches": watch.fetches,
+        "results": dict(watch.results),
+        "last_error": watch.last_error,
+        "models": sorted(idx.models) if idx is not None else [],
     }
