@@ -14,11 +14,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
+from gridroute.relay.link_model import LinkModel as _Model
+from gridroute.relay.link_model import LinkTLS
 from gridroute.relay.prometheus_link import PrometheusLink
-from gridroute.tls import Pem, TLSFiles, load_context
+from gridroute.tls import load_context
 
 DEFAULT_PREFIX = "gridroute.signals"
 
@@ -32,37 +33,8 @@ class Transport(StrEnum):
     """Gateways only: read the rows from a Prometheus-compatible query API."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        populate_by_name=True,
-        use_attribute_docstrings=True,
-    )
-
-
-class NatsTLS(_Model):
-    """TLS toward the NATS servers; with a client certificate, mutual TLS."""
-
-    ca_file: Path | None = None
-    """CA bundle that signs the servers' certificates (default: system store)."""
-    cert_file: Path | None = None
-    """Client certificate (the server may map it to a user: `verify_and_map`)."""
-    key_file: Path | None = None
-    """Private key of `cert_file`."""
-
-    def tls_files(self, where: str) -> TLSFiles:
-        """The files, each named by its field under `where` (the block's path)."""
-
-        def pem(name: str, path: Path | None) -> Pem | None:
-            return None if path is None else Pem(f"{where}.{name}", path)
-
-        return TLSFiles(
-            pem("caFile", self.ca_file),
-            pem("certFile", self.cert_file),
-            pem("keyFile", self.key_file),
-        )
+NatsTLS = LinkTLS
+"""TLS toward the NATS servers."""
 
 
 class NatsLink(_Model):

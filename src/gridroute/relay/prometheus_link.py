@@ -10,31 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator
+
+from gridroute.relay.link_model import LinkModel as _Model
+from gridroute.relay.link_model import LinkTLS
 
 MIB = 1024 * 1024
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        populate_by_name=True,
-        use_attribute_docstrings=True,
-    )
-
-
-class PrometheusTLS(_Model):
-    """TLS toward the query API; with a client certificate, mutual TLS."""
-
-    ca_file: Path | None = None
-    """CA bundle that signs the API's certificate (default: system store)."""
-    cert_file: Path | None = None
-    """Client certificate, when the API (or a proxy in front of it) asks for one."""
-    key_file: Path | None = None
-    """Private key of `cert_file`."""
+PrometheusTLS = LinkTLS
+"""TLS toward the query API."""
 
 
 class PrometheusLink(_Model):
