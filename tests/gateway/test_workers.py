@@ -56,6 +56,9 @@ def test_two_workers_share_the_port_and_each_counts_as_one_gateway(tmp_path: Pat
                 "operator": {"url": op_url, "poll_interval_s": 0.1},
                 "sites": [{"name": "hub", "backend_url": fake.url}],
                 "models": [{"name": "m"}],
+                # Both workers report their own load, so nothing is external; a short
+                # time constant lets the estimate of external load settle at once.
+                "availability": {"external_load_tau_ms": 1},
                 "health": {"enabled": False},
             }
             (tmp_path / "gw.yaml").write_text(yaml.safe_dump(gw_cfg))
