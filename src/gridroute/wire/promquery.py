@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gridroute.core.sample import Sample
 from gridroute.wire.signals import (
     FIELDS,
     NAME_RE,
@@ -44,6 +43,7 @@ from gridroute.wire.signals import (
     Decoded,
     DropReason,
     Received,
+    sample_of,
 )
 
 SITE_LABEL = "grid_site"
@@ -184,20 +184,7 @@ def decode_samples(
             continue
         stamp_ms = max(stamps)
         fields = stamps[stamp_ms]
-        generation = fields.get("generation")
-        sample = Sample(
-            site=site,
-            provider=provider,
-            at=stamp_ms / 1000.0,
-            running=fields.get("running"),
-            waiting=fields.get("waiting"),
-            ready=fields.get("ready"),
-            held=fields.get("held"),
-            deepest_queue=fields.get("deepest_queue"),
-            kv_usage=fields.get("kv_usage"),
-            max_running=fields.get("max_running"),
-            generation=None if generation is None else int(generation),
-        )
+        sample = sample_of(site, provider, stamp_ms / 1000.0, fields)
         received.append(Received(stamp_ms=stamp_ms, sample=sample))
     return Decoded(
         received=tuple(received),

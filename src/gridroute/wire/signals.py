@@ -344,6 +344,25 @@ _ROW = re.compile(
 )
 
 
+def sample_of(site: str, provider: str, at: float, fields: Mapping[str, float]) -> Sample:
+    """One sample from its fields by `Sample` attribute name (absent stays absent);
+    the readers of the relay rows (`/signals`, a Prometheus query) build samples here."""
+    generation = fields.get("generation")
+    return Sample(
+        site=site,
+        provider=provider,
+        at=at,
+        running=fields.get("running"),
+        waiting=fields.get("waiting"),
+        ready=fields.get("ready"),
+        held=fields.get("held"),
+        deepest_queue=fields.get("deepest_queue"),
+        kv_usage=fields.get("kv_usage"),
+        max_running=fields.get("max_running"),
+        generation=None if generation is None else int(generation),
+    )
+
+
 def decode_relay(
     body: bytes,
     *,
@@ -467,20 +486,7 @@ def decode_relay(
         if reason is not None:
             dropped[reason] += len(values)  # the rest of a sample with a bad row
             continue
-        generation = values.get("generation")
-        sample = Sample(
-            site=site,
-            provider=provider,
-            at=stamp / 1000.0 + offset,
-            running=values.get("running"),
-            waiting=values.get("waiting"),
-            ready=values.get("ready"),
-            held=values.get("held"),
-            deepest_queue=values.get("deepest_queue"),
-            kv_usage=values.get("kv_usage"),
-            max_running=values.get("max_running"),
-            generation=None if generation is None else int(generation),
-        ).sanitized()
+        sample = sample_of(site, provider, stamp / 1000.0 + offset, values).sanitized()
         received.append(Received(stamp_ms=stamp, sample=sample))
     received.sort(key=lambda r: (r.sample.site, r.sample.provider, r.stamp_ms))
     gateways = {
