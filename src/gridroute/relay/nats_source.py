@@ -30,11 +30,11 @@ from typing import Any
 
 from gridroute.relay.nats_link import NatsLink, connect_options
 from gridroute.relay.poller import (
-    OFFSET_JUMP_S,
     PollLimits,
     PollMetrics,
     PollOutcome,
     PollResult,
+    steady_offset,
 )
 from gridroute.wire.signals import (
     NAME_RE,
@@ -169,11 +169,8 @@ class NatsSignalsSource:
 
     def _steady_offset(self, site: str, observed: float) -> float:
         """One offset per site, moved only down or by a clock step (as the mesh poller)."""
-        held = self._offsets.get(site)
-        if held is None or observed < held or observed > held + OFFSET_JUMP_S:
-            self._offsets[site] = observed
-            return observed
-        return held
+        offset = self._offsets[site] = steady_offset(self._offsets.get(site), observed)
+        return offset
 
     # --- the poll ---------------------------------------------------------------------
 

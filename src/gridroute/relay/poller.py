@@ -368,8 +368,7 @@ class SignalsClient:
         The offset only moves down (a tighter bound) unless it jumps up by more than
         `OFFSET_JUMP_S` (a clock step), so a row read twice never moves later in time.
         """
-        if self.offset is None or observed < self.offset or observed > self.offset + OFFSET_JUMP_S:
-            self.offset = observed
+        self.offset = steady_offset(self.offset, observed)
         return self.offset
 
     def _record(self, outcome: PollOutcome, body_bytes: int) -> None:
@@ -391,6 +390,14 @@ class SignalsClient:
             self._log.warning(
                 "signals poll of %s failing: %s (%s)", self.target, outcome.result, outcome.error
             )
+
+
+def steady_offset(held: float | None, observed: float) -> float:
+    """The offset to keep: `held` unless `observed` is lower (a tighter bound) or jumps
+    up by more than `OFFSET_JUMP_S` (a clock step), so a row never moves later."""
+    if held is None or observed < held or observed > held + OFFSET_JUMP_S:
+        return observed
+    return held
 
 
 def _refine(date: float, precise: str | None) -> float:
