@@ -215,15 +215,9 @@ class NatsSignalsSource:
         return outcome
 
     def _record(self, outcome: PollOutcome) -> None:
-        m = self._metrics
-        m.polls.labels(self.target, outcome.result.value).inc()
-        if outcome.body_bytes:
-            m.response_bytes.labels(self.target).set(outcome.body_bytes)
-        for reason, count in outcome.dropped.items():
-            m.dropped.labels(self.target, reason).inc(count)
+        self._metrics.count(outcome)
         self.latest = outcome
         if outcome.result is PollResult.OK:
-            m.last_success.labels(self.target).set(outcome.ended_at)
             if self.failing:
                 self.failing = False
                 self._log.info("signals from nats recovered")

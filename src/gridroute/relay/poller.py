@@ -121,6 +121,19 @@ class PollMetrics:
             ["target"], **kw,
         )  # fmt: skip
 
+    def count(self, outcome: PollOutcome, body_bytes: int | None = None) -> None:
+        """One read's result, body size and drops, and the last success time when ok.
+        Every signals source (mesh poll, NATS, a Prometheus query) counts its reads here."""
+        target = outcome.target
+        self.polls.labels(target, outcome.result.value).inc()
+        size = outcome.body_bytes if body_bytes is None else body_bytes
+        if size:
+            self.response_bytes.labels(target).set(size)
+        for reason, n in outcome.dropped.items():
+            self.dropped.labels(target, reason).inc(n)
+        if outcome.result is PollResult.OK:
+            self.last_success.labels(target).set(outcome.ended_at)
+
     def expose(self, target: str) -> None:
         """Create `target`'s counters at zero for every result and drop reason, so
         `rate()` over them reads 0 rather than nothing before the first failure (an
@@ -372,16 +385,10 @@ class SignalsClient:
         return self.offset
 
     def _record(self, outcome: PollOutcome, body_bytes: int) -> None:
-        m = self._metrics
-        m.polls.labels(self.target, outcome.result.value).inc()
-        if body_bytes:
-            m.response_bytes.labels(self.target).set(body_bytes)
-        for reason, count in outcome.dropped.items():
-            m.dropped.labels(self.target, reason).inc(count)
+        self._metrics.count(outcome, body_bytes)
         self.latest = outcome
         if outcome.result is PollResult.OK:
             self.last_ok = outcome
-            m.last_success.labels(self.target).set(outcome.ended_at)
             if self.failing:
                 self.failing = False
                 self._log.info("signals poll of %s recovered", self.target)

@@ -158,15 +158,9 @@ class PrometheusSource:
         return json.loads(b"".join(chunks)), size
 
     def _record(self, outcome: PollOutcome) -> None:
-        m = self._metrics
-        m.polls.labels(TARGET, outcome.result.value).inc()
-        if outcome.body_bytes:
-            m.response_bytes.labels(TARGET).set(outcome.body_bytes)
-        for reason, count in outcome.dropped.items():
-            m.dropped.labels(TARGET, reason).inc(count)
+        self._metrics.count(outcome)
         self.latest = outcome
         if outcome.result is PollResult.OK:
-            m.last_success.labels(TARGET).set(outcome.ended_at)
             if self.failing:
                 self.failing = False
                 log.info("signals read from prometheus recovered")
