@@ -150,6 +150,19 @@ class HomeConfig(_Model):
     """Static ready count; with `operator`, the live count replaces it."""
     operator: OperatorRef | None = None
     decoder: Component | None = None
+    site: str | None = Field(None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """The gateway's `sites[].name` that reaches this home, for the overlay publisher.
+    Default: the cluster name."""
+    provider: str | None = Field(None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """The gateway's `sites[].provider` for this home. Default: the operator's provider,
+    else the site."""
+
+    @property
+    def backend(self) -> tuple[str, str]:
+        """(site, provider) of the gateway backend for this home."""
+        site = self.site or self.cluster
+        default = self.operator.provider if self.operator is not None else site
+        return site, self.provider or default
 
     @model_validator(mode="after")
     def _counted(self) -> HomeConfig:
@@ -170,6 +183,8 @@ class ServiceConfig(_Model):
     name: Name
     namespace: Name = "default"
     mode: Mode = Mode.SPLIT
+    model: str | None = Field(None, min_length=1)
+    """The model name clients send (the overlay's capability). Default: the name."""
     global_host: str | None = None
     """The service's global hostname (the `ome.io/global-host` annotation)."""
     routing: Routing = Routing()

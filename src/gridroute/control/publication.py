@@ -18,7 +18,7 @@ from pathlib import Path
 from gridroute.control.config import Loaded, ServiceConfig
 from gridroute.control.publish_directory import DirectoryPublisher, PublishError
 from gridroute.control.publish_kubernetes import KubernetesPublisher, from_kubeconfig
-from gridroute.control.publish_overlay import OverlayPublisher
+from gridroute.control.publish_overlay import Binding, OverlayPublisher
 from gridroute.control.store import Store, StoreError
 from gridroute.core.trafficmap_publication import (
     FAILED_LOG_LINE,
@@ -82,6 +82,9 @@ class Publication:
         self.loaded = loaded
         self.clock = clock
         self._kubernetes = kubernetes
+        self._bindings: dict[tuple[str, str], Binding] = {}
+        """Each service's model and backends as last seen valid: a held (invalid)
+        service keeps its capability in the overlay as it was."""
 
     def directory(self) -> DirectoryPublisher | None:
         d = self.loaded.config.publish.directory
@@ -110,14 +113,24 @@ class Publication:
             names.insert(len(names) - (self.overlay() is not None), "kubernetes")
         return ",".join(names) or "none"
 
-    def overlay_write(self, maps: list[TrafficMap], store: Store) -> str | None:
+    def bindings(self) -> dict[tuple[str, str], Binding]:
+        """The overlay binding of every valid service, over the ones remembered."""
+        for svc in self.loaded.services:
+            backends = {h.cluster: h.backend for h in svc.homes}
+            self._bindings[(svc.namespace, svc.name)] = Binding(svc.model or svc.name, backends)
+        return self._bindings
+
+    def overlay_write(
+        self, maps: list[TrafficMap], store: Store, held: set[tuple[str, str]]
+    ) -> str | None:
+        """Write the overlay from this pass's maps and the stored maps of `held` (invalid)
+        services, which keep their last table; services being finalized are left out."""
         overlay = self.overlay()
         if overlay is None:
             return None
-        held = [m for m in store.maps() if (m.metadata.namespace, m.metadata.name) not in
-                {(t.metadata.namespace, t.metadata.name) for t in maps}]  # fmt: skip
+        kept = [m for m in store.maps() if (m.metadata.namespace, m.metadata.name) in held]
         try:
-            overlay.write(maps + [m for m in held if m.spec.entries])
+            overlay.write(maps + [m for m in kept if m.spec.entries], self.bindings())
         except PublishError as exc:
             log.error("%s: %s", FAILED_LOG_LINE, exc)
             return str(exc)

@@ -159,7 +159,7 @@ class Reconciler:
             tm = self._build(svc, drains, prior, now)
             computed.append((svc, tm, prior))
 
-        overlay_error = self.publication.overlay_write([tm for _, tm, _ in computed], store)
+        overlay_error = self.publication.overlay_write([tm for _, tm, _ in computed], store, held)
         for svc, tm, prior in computed:
             result, final = self.publication.publish(svc, tm, prior, overlay_error, now)
             store.write_map(final)
