@@ -1,10 +1,11 @@
 """`gridroute config check FILE` and `gridroute config schema [KIND]`, for every kind.
 
-`check` recognises what a file is (gateway, operator or scenario) from its top-level
-keys, validates it with that kind's model through the one loader in
-`gridroute.config`, and checks that every file it names exists and is readable, so a
-process started later does not die on the first missing certificate. It lives above
-the process packages because it knows every kind of file they read.
+`check` recognises what a file is (gateway, operator, scenario or control) from its
+top-level keys, or a TrafficMap object file or directory from its documents' `kind`,
+validates it with that kind's model through the one loader in `gridroute.config`, and
+checks that every file it names exists and is readable, so a process started later
+does not die on the first missing certificate. It lives above the process packages
+because it knows every kind of file they read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 from pydantic import BaseModel
 
 from gridroute.config import ConfigError, read_mapping
@@ -104,11 +106,47 @@ def _control_summary(loaded: Any) -> str:
     return f"control config, {len(loaded.services)} services"
 
 
+def _trafficmap_model() -> type[BaseModel]:
+    from gridroute.wire.trafficmap import TrafficMap
+
+    return TrafficMap
+
+
+def _trafficmap_load(path: Path) -> Any:
+    from gridroute.control.map_objects import check
+
+    return check([path])
+
+
+def _trafficmap_summary(read: Any) -> str:
+    names = ", ".join(f"{ns}/{name}" for ns, name in (m.key for m in read.maps))
+    return f"{len(read.maps)} TrafficMap object(s): {names}"
+
+
+def holds_trafficmaps(path: Path) -> bool:
+    """A directory (of map objects), or a file with a TrafficMap document (or a List of
+    them): Kubernetes objects, possibly several YAML documents, which `detect`'s one
+    mapping cannot describe."""
+    if path.is_dir():
+        return True
+    try:
+        docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            doc = next(iter(doc.get("items") or []), None)
+        if isinstance(doc, dict) and doc.get("kind") == "TrafficMap":
+            return True
+    return False
+
+
 KINDS: dict[str, Kind] = {
     "gateway": Kind("gateway", _gateway_model, _gateway_load, _gateway_summary),
     "operator": Kind("operator", _operator_model, _operator_load, _operator_summary),
     "scenario": Kind("scenario", _scenario_model, _scenario_load, _scenario_summary),
     "control": Kind("control", _control_model, _control_load, _control_summary),
+    "trafficmap": Kind("trafficmap", _trafficmap_model, _trafficmap_load, _trafficmap_summary),
 }
 
 
@@ -139,14 +177,19 @@ def detect(data: dict[str, Any]) -> str | None:
 
 @app.command("check")
 def check(
-    file: Annotated[Path, typer.Argument(help="A gateway, operator or scenario YAML file.")],
+    file: Annotated[
+        Path,
+        typer.Argument(help="A gateway, operator, scenario or control file, or TrafficMaps."),
+    ],
     kind: Annotated[
         str | None,
-        typer.Option(help="gateway, operator or scenario (default: recognised from the keys)."),
+        typer.Option(help="gateway, operator, scenario, control, trafficmap (default: guessed)."),
     ] = None,
 ) -> None:
     """Validate a config file of any kind; name the field of every error (exit status 2)."""
     try:
+        if kind is None and holds_trafficmaps(file):
+            kind = "trafficmap"
         if kind is None:
             kind = detect(read_mapping(file))
             if kind is None:
@@ -168,7 +211,9 @@ def check(
 
 @app.command("schema")
 def schema(
-    kind: Annotated[str, typer.Argument(help="gateway, operator, scenario, control.")] = "gateway",
+    kind: Annotated[
+        str, typer.Argument(help="gateway, operator, scenario, control, trafficmap.")
+    ] = "gateway",
 ) -> None:
     """Print the JSON Schema of one kind of config file."""
     if kind not in KINDS:

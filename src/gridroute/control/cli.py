@@ -196,6 +196,57 @@ def reconcile(
     asyncio.run(forever())
 
 
+@trafficmap_app.command("publish")
+def publish(
+    paths: Annotated[
+        list[Path], typer.Argument(help="TrafficMap object files or directories (YAML, JSON).")
+    ],
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="control.yaml: publishers, store, no services")
+    ],
+    once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
+) -> None:
+    """Publish maps someone else writes (OME, GitOps) and write their status back."""
+    from gridroute.config import ConfigError
+    from gridroute.control.map_publisher import MapPublisher
+    from gridroute.control.reconcile import PassResult
+    from gridroute.core.trafficmap_publication import PublishOutcome
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        publisher = MapPublisher(config, paths)
+    except ConfigError as exc:
+        raise _fail(str(exc), 2) from None
+    failed = {PublishOutcome.INVALID_OWNER, PublishOutcome.APPLY_FAILED,
+              PublishOutcome.INVALID_PLAN, PublishOutcome.UNPUBLISH_FAILED}  # fmt: skip
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    last: dict[str, str] = {}
+    while True:
+        results, errors = publisher.run_once()
+        for err in errors:
+            typer.echo(err, err=True)
+        for s in results:
+            line = f"{s.outcome.value} {s.weights}"
+            if once or last.get(f"{s.namespace}/{s.name}") != line:
+                last[f"{s.namespace}/{s.name}"] = line
+                _print_pass(PassResult((s,), ()))
+        if once:
+            bad = errors or any(s.outcome in failed for s in results)
+            raise typer.Exit(1 if bad else 0)
+        deadline = time.monotonic() + publisher.loaded.config.reconcile_interval_seconds
+        while not stop and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if stop:
+            return
+
+
 @contextlib.contextmanager
 def _locked(store: Store) -> Iterator[None]:
     """One drain edit at a time (the reference guards its write by resourceVersion)."""
