@@ -50,11 +50,11 @@ class FakeDynamicClient:
 
     def get(self, resource, name=None, namespace=None, label_selector=None, **kwargs):
         self._maybe_fail()
-        key, _, value = (label_selector or "").partition("=")
+        wanted = [p.partition("=") for p in (label_selector or "").split(",") if p]
         items = [
             o for (kind, ns, _), o in sorted(self.objects.items())
             if kind == resource.kind and ns == namespace
-            and (not key or o["metadata"].get("labels", {}).get(key) == value)
+            and all(o["metadata"].get("labels", {}).get(k) == v for k, _, v in wanted)
         ]  # fmt: skip
         return {"items": items}
 

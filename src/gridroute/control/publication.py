@@ -20,6 +20,7 @@ from gridroute.control.publish_directory import DirectoryPublisher, PublishError
 from gridroute.control.publish_kubernetes import KubernetesPublisher, from_kubeconfig
 from gridroute.control.publish_overlay import Binding, OverlayPublisher
 from gridroute.control.store import Store, StoreError
+from gridroute.control.workload_gateways import resolve
 from gridroute.core.trafficmap_publication import (
     FAILED_LOG_LINE,
     PublishOutcome,
@@ -58,6 +59,7 @@ class ServiceResult:
 
 def route_options(loaded: Loaded, svc: ServiceConfig) -> RouteOptions:
     pub = loaded.config.publish
+    addresses = resolve(loaded) if pub.backend_type == "EndpointSlice" else None
     return RouteOptions(
         global_gateway=pub.global_gateway,
         backend_port=pub.backend_port,
@@ -67,6 +69,10 @@ def route_options(loaded: Loaded, svc: ServiceConfig) -> RouteOptions:
         rewrite_hostname=pub.rewrite_hostname,
         backend_tls=pub.backend_tls.enabled,
         ca_config_map=pub.backend_tls.ca_config_map,
+        backend_type=pub.backend_type,
+        backend_namespace=pub.backend_namespace,
+        addresses=addresses.found if addresses else {},
+        address_errors=addresses.errors if addresses else {},
     )
 
 
@@ -166,7 +172,11 @@ class Publication:
                 if outcome is PublishOutcome.WITHDRAWN and gateway_ref is not None:
                     try:
                         for pub in pubs:
-                            pub.remove(gateway_ref.namespace or svc.namespace, gateway_ref.name)
+                            pub.remove(
+                                gateway_ref.namespace or svc.namespace,
+                                gateway_ref.name,
+                                (svc.namespace, svc.name),
+                            )
                         gateway_ref, claimed = None, None
                     except PublishError as exc:
                         outcome, message = PublishOutcome.UNPUBLISH_FAILED, str(exc)
@@ -268,7 +278,7 @@ class Publication:
             try:
                 if ref is not None:
                     for pub in self.route_publishers():
-                        pub.remove(ref.namespace or key[0], ref.name)
+                        pub.remove(ref.namespace or key[0], ref.name, key)
             except PublishError as exc:
                 log.error("%s: %s", FAILED_LOG_LINE, exc)
                 failed = [
