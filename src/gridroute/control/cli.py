@@ -27,6 +27,7 @@ import yaml
 if TYPE_CHECKING:
     from gridroute.control.reconcile import PassResult
     from gridroute.control.store import Store
+    from gridroute.wire.trafficmap import TrafficMap
 
 STORE_ENV = "GRIDROUTE_STORE"
 
@@ -70,11 +71,23 @@ def _store(store: Path | None, config: Path | None) -> Store:
     path = config or Path("control.yaml")
     if config is None and not path.exists():
         raise _fail("no store: give --store DIR or --config control.yaml (or GRIDROUTE_STORE)", 2)
+    from gridroute.control.store import StoreError
+    from gridroute.control.store_kubernetes import StoreOpener
+
     try:
-        loaded = load(path)
-    except ControlConfigError as exc:
+        return StoreOpener()(load(path))
+    except (ControlConfigError, StoreError) as exc:
         raise _fail(str(exc), 2) from None
-    return Store(loaded.path(loaded.config.store))
+
+
+def _maps(store: Path | None, config: Path | None) -> list[TrafficMap]:
+    """Every stored map; a store that cannot be reached exits 2 with why."""
+    from gridroute.control.store import StoreError
+
+    try:
+        return _store(store, config).maps()
+    except StoreError as exc:
+        raise _fail(str(exc), 2) from None
 
 
 @trafficmap_app.command("get")
@@ -90,7 +103,7 @@ def get(
 
     maps = [
         m
-        for m in _store(store, config).maps()
+        for m in _maps(store, config)
         if (name is None or m.metadata.name == name)
         and (namespace is None or m.metadata.namespace == namespace)
     ]
@@ -130,7 +143,7 @@ def describe_command(
 
     maps = [
         m
-        for m in _store(store, config).maps()
+        for m in _maps(store, config)
         if m.metadata.name == name and namespace in (None, m.metadata.namespace)
     ]
     if not maps:

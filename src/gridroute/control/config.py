@@ -294,6 +294,10 @@ class ControlConfig(_Model):
 
     store: Path = Path("state")
     """Directory holding maps and drains (the embedded store); relative to this file."""
+    map_store: Literal["directory", "kubernetes"] = "directory"
+    """Where the maps live: in `store`, or as `trafficmaps.ome.io` objects in the cluster
+    of the local credentials (the CRD in deploy/kubernetes/; field manager
+    `publish.kubernetes.fieldManager`). Drains and sources stay in `store`."""
     reconcile_interval_seconds: float = Field(5.0, gt=0)
     probe: ProbeSpec = ProbeSpec()
     capacity_polling: CapacityPolling = CapacityPolling()

@@ -35,7 +35,8 @@ from gridroute.control.config import Loaded, ServiceConfig, load
 from gridroute.control.map_objects import read, write_status
 from gridroute.control.publication import Publication, ServiceResult
 from gridroute.control.publish_kubernetes import KubernetesPublisher
-from gridroute.control.store import Store, StoreError
+from gridroute.control.store import MapBackend, Store, StoreError, StoreUnavailable
+from gridroute.control.store_kubernetes import StoreOpener
 from gridroute.wire.trafficmap import TrafficMap
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,10 @@ class MapPublisher:
         *,
         clock: Callable[[], float] = time.time,
         kubernetes: KubernetesPublisher | None = None,
+        maps: MapBackend | None = None,
     ) -> None:
         self.config_path = config_path
+        self._open = StoreOpener(maps)
         self.paths = paths
         self.clock = clock
         self.loaded = publish_only(load(config_path), str(config_path))
@@ -84,10 +87,17 @@ class MapPublisher:
 
     @property
     def store(self) -> Store:
-        return Store(self.loaded.path(self.loaded.config.store))
+        return self._open(self.loaded)
 
     def run_once(self) -> tuple[list[ServiceResult], list[str]]:
         """One pass; returns what happened per map and the errors (one message each)."""
+        try:
+            return self._pass()
+        except StoreError as exc:
+            log.error("publish pass failed, the store: %s", exc)
+            return [], [f"store: {exc}"]
+
+    def _pass(self) -> tuple[list[ServiceResult], list[str]]:
         try:
             self.loaded = publish_only(load(self.config_path), str(self.config_path))
             self.publication.loaded = self.loaded
@@ -113,6 +123,8 @@ class MapPublisher:
                 continue
             try:
                 prior = store.read_map(*obj.key)
+            except StoreUnavailable:
+                raise
             except StoreError:
                 prior = None
             result, final = self.publication.publish(

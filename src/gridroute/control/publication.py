@@ -19,7 +19,7 @@ from gridroute.control.config import Loaded, ServiceConfig
 from gridroute.control.publish_directory import DirectoryPublisher, PublishError
 from gridroute.control.publish_kubernetes import KubernetesPublisher, from_kubeconfig
 from gridroute.control.publish_overlay import Binding, OverlayPublisher
-from gridroute.control.store import Store, StoreError
+from gridroute.control.store import Store, StoreError, StoreUnavailable
 from gridroute.control.workload_gateways import resolve
 from gridroute.core.trafficmap_publication import (
     FAILED_LOG_LINE,
@@ -231,6 +231,8 @@ class Publication:
         now = self.clock()
         try:
             prior = store.read_map(namespace, name)
+        except StoreUnavailable:
+            raise
         except StoreError:
             prior = None
         outcome = PublishOutcome.INVALID_OWNER

@@ -7,12 +7,12 @@ their EndpointSlices, BackendTLSPolicies, the ReferenceGrant) go first and the H
 last, so the route never points at a Service that is not there; objects of clusters
 that left the map are pruned after the route no longer names them, in every namespace
 the service's objects may live in (the route's and the service's), selected by the
-service's labels (`httproute.selector_of`). Each
-call is retried with exponential backoff; when the retries run out the publish fails and
-whatever was applied last stays (the route keeps its last good weights).
+service's labels (`httproute.selector_of`). Each call is retried with exponential
+backoff; when the retries run out the publish fails and whatever was applied last stays
+(the route keeps its last good weights).
 
-Only the slice of `kubernetes.dynamic.DynamicClient` below is used, so tests drive the
-publisher with a fake client and no cluster.
+Only the slice of `kubernetes.dynamic.DynamicClient` in `kube_client` is used, so tests
+drive the publisher with a fake client and no cluster.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
+from gridroute.control import kube_client
+from gridroute.control.kube_client import DynamicClient, KubeCallError, not_found, retry
 from gridroute.control.publish_directory import PublishError
 from gridroute.wire.httproute import ISVC_LABEL, NAMESPACE_LABEL, RenderedRoute, selector_of
 
@@ -37,34 +39,6 @@ KINDS = {
 OWNED = ("ReferenceGrant", "BackendTLSPolicy", "EndpointSlice", "Service")
 """What a route owns besides itself, in the order it is pruned (grants first, Services
 last: nothing is left pointing at a Service that is gone)."""
-
-
-class DynamicClient(Protocol):
-    """What the publisher needs of `kubernetes.dynamic.DynamicClient`."""
-
-    resources: Any
-
-    def server_side_apply(
-        self,
-        resource: Any,
-        body: Any = None,
-        name: str | None = None,
-        namespace: str | None = None,
-        force_conflicts: bool | None = None,
-        **kwargs: Any,
-    ) -> Any: ...
-
-    def delete(
-        self, resource: Any, name: str | None = None, namespace: str | None = None, **kwargs: Any
-    ) -> Any: ...
-
-    def get(
-        self, resource: Any, name: str | None = None, namespace: str | None = None, **kwargs: Any
-    ) -> Any: ...
-
-
-def _not_found(exc: Exception) -> bool:
-    return getattr(exc, "status", None) == 404
 
 
 class KubernetesPublisher:
@@ -89,17 +63,12 @@ class KubernetesPublisher:
         return self.client.resources.get(api_version=KINDS[kind], kind=kind)
 
     def _retry(self, what: str, call: Callable[[], Any]) -> Any:
-        delay = self.backoff_s
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return call()
-            except Exception as exc:
-                if attempt == self.attempts:
-                    raise PublishError(f"{what}: {exc}") from exc
-                log.warning("%s failed (attempt %d of %d): %s", what, attempt, self.attempts, exc)
-                self.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
+        try:
+            return retry(
+                what, call, attempts=self.attempts, backoff_s=self.backoff_s, sleep=self.sleep
+            )
+        except KubeCallError as exc:
+            raise PublishError(str(exc)) from exc.__cause__
 
     def _apply(self, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -123,7 +92,7 @@ class KubernetesPublisher:
             try:
                 self.client.delete(resource, name=name, namespace=namespace)
             except Exception as exc:
-                if not _not_found(exc):
+                if not not_found(exc):
                     raise
 
         self._retry(f"delete {kind} {namespace}/{name}", call)
@@ -171,13 +140,8 @@ class KubernetesPublisher:
 def from_kubeconfig(field_manager: str) -> KubernetesPublisher:
     """A publisher on the in-cluster config, or the local kubeconfig."""
     try:
-        from kubernetes import client, config, dynamic
+        return KubernetesPublisher(kube_client.from_kubeconfig(), field_manager)
     except ImportError:
         raise PublishError(
             "publish.kubernetes needs the kubernetes extra: pip install 'gridroute[kubernetes]'"
         ) from None
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return KubernetesPublisher(dynamic.DynamicClient(client.ApiClient()), field_manager)
