@@ -120,7 +120,7 @@ def grid(tmp_path: Path) -> Iterator[Grid]:
         control = {
             "store": "state",
             "reconcileIntervalSeconds": 0.2,
-            "probe": {"periodSeconds": 0.5, "timeoutSeconds": 0.4},  # real probes, passing
+            "probe": {"periodSeconds": 2, "timeoutSeconds": 1.5},  # real probes, passing
             "publish": {
                 "directory": "routes",
                 "overlay": "overlay.json",
