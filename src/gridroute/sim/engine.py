@@ -35,9 +35,11 @@ from gridroute.core.flow import (
     Wake,
     request_flow,
 )
-from gridroute.sim.gateway import MODEL, SimGateway
+from gridroute.core.group_route import build_table
+from gridroute.sim.gateway import SimGateway
 from gridroute.sim.model import Network, SimOperator, SimRequest, SimSite
 from gridroute.sim.scenario import (
+    MODEL,
     ClientsEvent,
     FailEvent,
     MetricsDownEvent,
@@ -47,6 +49,7 @@ from gridroute.sim.scenario import (
 )
 from gridroute.sim.tally import Probe, Series, Tally
 from gridroute.sim.worlds import available_slots, build_operators, build_sites, external_changes
+from gridroute.wire.overlay import to_index
 
 COMPLETE, CONNECT_FAIL, DISTURB, SCRAPE, OP_POLL, GW_POLL, DRAIN, EXPIRE, SEND = range(9)
 PRIORITY = (
@@ -130,9 +133,18 @@ class SimRun:
         self.network = Network()
         self.now = PRIME_AT
         """The time of the event being handled: every gateway's clock."""
+        table = None if sc.overlay is None else build_table(to_index(sc.overlay))
         self.gateways = [
             SimGateway(
-                i, site, names, sc.availability, policy, Random(f"{base}:pick:{i}"), self.clock
+                i,
+                site,
+                names,
+                sc.availability,
+                policy,
+                Random(f"{base}:pick:{i}"),
+                self.clock,
+                table,
+                sc.overlay_max_attempts,
             )
             for i, site in enumerate(sc.placement)
         ]
@@ -256,7 +268,7 @@ class SimRun:
             return
         gw = self.gateways[self.client_gw[client]]
         req = SimRequest(client, t)
-        flow = req.flow = request_flow(gw, MODEL, gw.policy)
+        flow = req.flow = request_flow(gw, MODEL, gw.policy, overlay=gw.overlay)
         self._do(gw, req, next(flow), t)
 
     def _next(self, t: float, client: int, delay: float = 0.0) -> None:

@@ -16,10 +16,7 @@ from random import Random
 
 from gridroute.core.flow import Feed, Step
 from gridroute.core.sample import Sample
-from gridroute.sim.scenario import ServiceSpec, SizeSpec
-
-PROVIDER = "default"
-"""Every simulated site runs one provider; its candidate key is `SITE/default`."""
+from gridroute.sim.scenario import PROVIDER, ServiceSpec, SizeSpec
 
 
 class ServiceTimes:
