@@ -215,3 +215,17 @@ def test_every_overlay_request_terminates_once_within_max_attempts(
     assert bool(seen) == (not isinstance(step, Refuse))
     with pytest.raises(StopIteration):
         flow.send(Answered(200))
+
+
+def test_decisions_are_made_once_per_snapshot_and_never_outlive_it() -> None:
+    g = Grid([Site("a"), Site("b")])
+    fg = FakeGrid(g.refresh(1.0), g.own)
+    ov = _overlay((NEW, "ab"))
+    first = _run(fg, ov, [Answered(200)])[0]
+    again = _run(fg, ov, [Answered(200)])[0]
+    assert isinstance(first, Attempt) and isinstance(again, Attempt)
+    assert again.decision is first.decision  # the same snapshot: built once
+    fg.snapshot = newer = g.refresh(2.0)
+    later = _run(fg, ov, [Answered(200)])[0]
+    assert isinstance(later, Attempt) and later.snapshot is newer
+    assert later.decision is not first.decision and later.view is newer.view("a/p")

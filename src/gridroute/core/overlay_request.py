@@ -20,7 +20,7 @@ no group is viable, 404 when the table does not name the model).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from random import Random
 
 from gridroute.core.gridstate import Snapshot
@@ -32,6 +32,35 @@ DEFAULT_MAX_ATTEMPTS = 3
 """Attempts per overlay request, the first included (`overlay.max_attempts`)."""
 
 _UNKNOWN = Decision(Outcome.UNKNOWN_MODEL, Path.NONE)
+
+
+class RoutedDecisions:
+    """The flow's `Decision` for each provider on one snapshot, built once per snapshot.
+
+    A frozen dataclass costs microseconds to build (3 us measured, more than the picker
+    and the group walk together), and an overlay decision depends only on the provider's
+    view in the snapshot, so it is made once and reused until the snapshot changes. One
+    per gateway worker (or simulated gateway), beside its picker states.
+    """
+
+    __slots__ = ("_by_key", "_on")
+
+    def __init__(self) -> None:
+        self._on: Snapshot | None = None
+        self._by_key: dict[str, Decision] = {}
+
+    def get(self, snap: Snapshot, key: str) -> Decision | None:
+        """The routed decision for `key` on `snap`; None when `snap` has no such view."""
+        if snap is not self._on:
+            self._on = snap
+            self._by_key = {}
+        d = self._by_key.get(key)
+        if d is None:
+            view = snap.view(key)
+            if view is None:
+                return None
+            d = self._by_key[key] = Decision(Outcome.ROUTE, Path.OVERLAY, view)
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +76,8 @@ class OverlayRequest:
     bound: str | None = None
     """The key its session binding names, if it has one."""
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    routed: RoutedDecisions = field(default_factory=RoutedDecisions)
+    """Decisions already made on the current snapshot (shared by a worker's requests)."""
 
     def decide(
         self,
@@ -89,8 +120,10 @@ class OverlayRequest:
                     continue
                 wait = RETRY_AFTER_S[int(rng.random() * len(RETRY_AFTER_S))]
                 return Decision(Outcome.NO_SITE, Path.NONE, retry_after_s=wait), g
-            view = snap.view(slot.key)
-            if view is None:
+            d = self.routed.get(snap, slot.key)
+            if d is None:
                 skip = skip | {slot.key}
                 continue
-            return Decision(Outcome.ROUTE, path, view), g
+            if path is Path.LAST_RESORT:
+                d = Decision(Outcome.ROUTE, path, d.view)
+            return d, g

@@ -64,7 +64,10 @@ def request_for(
     bound = current.affinity.get(session, t0) if session else None
     cfg = gw.cfg.overlay
     attempts = cfg.max_attempts if cfg is not None else 1
-    return OverlayRequest(table, watch.states, session is not None, bound, attempts), session
+    overlay = OverlayRequest(
+        table, watch.states, session is not None, bound, attempts, watch.routed
+    )
+    return overlay, session
 
 
 def evidence(choice: GroupDecision, table: RouteTable) -> tuple[tuple[str, str], ...]:
