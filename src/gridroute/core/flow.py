@@ -143,7 +143,7 @@ class Attempt:
     snapshot: Snapshot
     """The snapshot the decision was made on: the request's own (a retry reuses it)."""
     number: int
-    """1 for the first attempt, 2 for the retry."""
+    """1 for the first attempt, n + 1 for the retry after attempt n."""
     after: tuple[str, str] | None = None
     """For a retry: (site, reason) of the attempt that failed (for retry metrics)."""
     choice: GroupDecision | None = None
