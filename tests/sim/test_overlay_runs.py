@@ -118,3 +118,26 @@ def test_an_overlay_file_named_by_a_scenario_is_read_relative_to_it(tmp_path: Pa
     (tmp_path / "s.yaml").write_text("overlay: missing.json\n")
     with pytest.raises(ConfigError, match="overlay: no such file"):
         load_scenario(tmp_path / "s.yaml")
+
+
+def test_a_full_top_group_refusing_falls_through_to_the_next_group() -> None:
+    def sites(when_full: str) -> list[dict[str, Any]]:
+        return [
+            {"name": "hub", "slots": 16, "when_full": when_full},
+            {"name": "west", "slots": 16, "when_full": when_full},
+            {"name": "east", "slots": 64},
+        ]
+
+    overlay = _overlay(["hub", "west"], ["east"])
+    # 64 clients on group 0's 32 slots: each full member answers 429, the flow tries the
+    # other member, then group 1, so east serves exactly what group 0 cannot.
+    row, _ = _run(_scenario(overlay, sites=sites("refuse")))
+    shares = row["shares"]
+    assert shares["east"] == pytest.approx(0.5, abs=0.02)
+    assert shares["hub"] == pytest.approx(0.25, abs=0.02)
+    assert shares["west"] == pytest.approx(0.25, abs=0.02)
+    assert row["shed"] == row["failed"] == row["overshoot"] == 0 and row["retried"] > 0
+    assert row["requests"] >= 0.99 * row["ideal_requests"]
+    # Sites that queue instead never refuse: group 0 stays viable and east stays idle.
+    row, _ = _run(_scenario(overlay, sites=sites("queue")))
+    assert row["shares"]["east"] == 0.0 and row["overshoot"] > 0

@@ -72,6 +72,9 @@ taken at the very instant of the first sends would be ambiguous about them."""
 NO_SITE_RETRY_S = 1.0
 """A client that got 503/404 (no site at all) tries again after this long."""
 
+FULL_RETRY_S = 1.0
+"""A client that got a full site's 429 (nowhere else took it) tries again after this long."""
+
 Handler = Callable[[float, Any], None]
 
 
@@ -293,6 +296,11 @@ class SimRun:
                 req.held = True
                 gw.held.append(req)
                 self.at(step.deadline, EXPIRE, self._expire, req)
+        elif isinstance(step, Relay) and step.status == 429:
+            # A full site's refusal that found nowhere else: the client sees a 429.
+            if self.tally.counts(t):
+                self.tally.shed += 1
+            self._next(t, req.client, FULL_RETRY_S)
         elif isinstance(step, Relay):
             view = step.decision.view
             assert view is not None
@@ -326,6 +334,10 @@ class SimRun:
             return
         req.site = site
         if not site.has_slot:
+            if site.refuses:  # `when_full: refuse`: a 429 at once, before any service
+                self._end_attempt(gw, req, t)
+                self._feed(gw, req, Answered(429), t)
+                return
             if self.tally.counts(t):
                 self.tally.overshoot += 1
             site.queue.append(req)

@@ -94,6 +94,7 @@ class SimSite:
         "metrics_up",
         "name",
         "queue",
+        "refuses",
         "scale",
         "serving",
         "sizes",
@@ -122,6 +123,8 @@ class SimSite:
         self.serving: set[SimRequest] = set()
         self.up = True
         self.metrics_up = True
+        self.refuses = False
+        """Answers 429 when every slot is busy instead of queueing (`when_full: refuse`)."""
 
     @property
     def has_slot(self) -> bool:

@@ -150,6 +150,11 @@ class ScenarioSite(BaseModel):
     clock_skew_s: float = 0.0
     """This site's clocks run this far ahead (negative: behind). Readers re-base every row
     by the responder's Date, as the real poller does, so skew should not matter."""
+    when_full: Literal["queue", "refuse"] = "queue"
+    """What the site does with a request that arrives with every slot busy: `queue` it
+    (FIFO, counted as overshoot), or `refuse` it with a 429 at once, as a server with a
+    bounded queue or a shedding endpoint picker does (the flow then retries elsewhere:
+    under an overlay, in the group, then the next group)."""
 
 
 class _Timed(BaseModel):
