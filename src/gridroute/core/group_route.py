@@ -1,6 +1,8 @@
 """The gateway's choice under a routing overlay: binding, best viable group, picker.
 
-The spike's request sequence, one decision per attempt:
+The spike's request sequence, one decision per attempt (the one request flow,
+`core/flow.py`, asks for each through `core/overlay_request.py`: its first decision,
+then one per retry, with the keys tried so far):
 
     valid session binding whose provider admission still permits it (and that this
     request has not already tried)?   -> reuse it                    affinity `reused`
@@ -13,6 +15,8 @@ The spike's request sequence, one decision per attempt:
                                                                      step `in_group`
         nothing left in the group that failed -> the next viable group  `fell_through`
     no viable group -> no_site (503), also when every candidate is excluded
+    (`avoid`, the flow's ejected keys, are skipped like down members without counting
+    as tried)
 
 A retry therefore stays in its group while the group has an untried viable member,
 and lower groups take no new traffic while a better one is viable. existing_only
