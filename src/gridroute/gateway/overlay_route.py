@@ -106,4 +106,4 @@ def trace(span: Any, choice: GroupDecision | None, table: RouteTable) -> None:
         span.set_attribute("grid.backend", choice.slot.provider)
 
 
-__all__ = ["OverlayWatch", "count", "evidence", "request_for", "trace"]
+__all__ = ["count", "evidence", "request_for", "trace"]
