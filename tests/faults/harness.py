@@ -149,6 +149,8 @@ class Tally:
 
 
 _CODES = {429: "capacity_exhausted", 503: "no_healthy_site", 502: "upstream_unreachable"}
+_RETRY_LATER = frozenset({"capacity_exhausted", "no_healthy_site"})
+"""Refusals that must carry a Retry-After (the seed's error table)."""
 
 
 async def one(
@@ -177,6 +179,8 @@ async def one(
                 assert set(err) >= {"message", "type", "code"}, err
                 expected = _CODES.get(r.status)
                 assert expected is None or err["code"] == expected, (r.status, err)
+                if err["code"] in _RETRY_LATER:
+                    assert r.headers.get("Retry-After", "").isdigit(), dict(r.headers)
                 tally.refused[f"{r.status} {err['code']}"] += 1
     except TimeoutError:
         tally.failed["hung_past_deadline"] += 1
