@@ -150,7 +150,6 @@ def inject(grid: LocalGrid, i: int, heal_after_s: float) -> str:
 async def soak(minutes: float, concurrency: int, fault_every_s: float) -> None:
     spec = GridSpec(gateway_metrics=True, service_s=0.2)
     with LocalGrid(spec) as grid:
-        grid.start()
         counts = Counts()
         stop = asyncio.Event()
         driver = asyncio.create_task(drive(grid.gateway_url, spec.model, counts, stop, concurrency))
