@@ -10,13 +10,15 @@ gateway's: a partition and its restore, a failing backend and its recovery, an
 operator restart.
 
 The baseline is this run's own start: every process's RSS (`/proc/PID/status`),
-open file descriptors (`/proc/PID/fd`) and the gateway's event-loop tasks
-(`grid_gateway_event_loop_tasks`) are read after a warm-up of steady load, and again
-at the end after the last fault healed and the same steady load ran as long as the
-warm-up; the table prints both and the ratio end/start (an operator restarted by a
-fault is a new process at the end, and says so). Requests are counted by how
-they ended: served, refused (by status and OpenAI error code), failed (no answer, a
-cut stream, past the deadline).
+open file descriptors (`/proc/PID/fd`), the gateway's event-loop tasks
+(`grid_gateway_event_loop_tasks`) and its pooled backend connections
+(`grid_route_backend_connections{state="open"}`, which grow to what the load needs
+and stay, bounded by the pool; the fds outside them are what a leak would grow) are
+read after a warm-up of steady load, and again at the end after the last fault healed
+and the same steady load ran as long as the warm-up; the table prints both and the
+ratio end/start (an operator restarted by a fault is a new process at the end, and
+says so). Requests are counted by how they ended: served, refused (by status and
+OpenAI error code), failed (no answer, a cut stream, past the deadline).
 
     .venv/bin/python bench/soak.py [--minutes 10] [--concurrency 16] [--fault-every 30]
 """
@@ -59,13 +61,17 @@ def proc_stats(pid: int) -> tuple[float, int]:
     return rss_kib / 1024.0, len(os.listdir(f"/proc/{pid}/fd"))
 
 
-async def loop_tasks(http: aiohttp.ClientSession, metrics_url: str) -> int:
+async def gateway_gauges(http: aiohttp.ClientSession, metrics_url: str) -> tuple[int, int]:
+    """(event-loop tasks, open backend connections in its pools) of the gateway."""
     async with http.get(metrics_url + "/metrics") as r:
         text = await r.text()
+    tasks, pooled = -1, 0
     for line in text.splitlines():
         if line.startswith("grid_gateway_event_loop_tasks "):
-            return int(float(line.split()[1]))
-    return -1
+            tasks = int(float(line.split()[1]))
+        elif line.startswith("grid_route_backend_connections{") and 'state="open"' in line:
+            pooled += int(float(line.split()[-1]))
+    return tasks, pooled
 
 
 async def snapshot(grid: LocalGrid, http: aiohttp.ClientSession) -> dict[str, float]:
@@ -80,7 +86,10 @@ async def snapshot(grid: LocalGrid, http: aiohttp.ClientSession) -> dict[str, fl
         out[f"{name} RSS MiB"] = rss
         out[f"{name} fds"] = fds
         out[f"{name} pid"] = child.pid
-    out["gateway event-loop tasks"] = await loop_tasks(http, grid.gateway_metrics_urls[0])
+    tasks, pooled = await gateway_gauges(http, grid.gateway_metrics_urls[0])
+    out["gateway event-loop tasks"] = tasks
+    out["gateway backend connections (pooled)"] = pooled
+    out["gateway fds outside the backend pools"] = out["gateway fds"] - pooled
     return out
 
 

@@ -11,7 +11,6 @@ labelled children in dicts, so a request does a dict lookup and an `inc`, never 
 from __future__ import annotations
 
 import asyncio
-
 import math
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
