@@ -69,11 +69,11 @@ def loss_mechanism() -> tuple[str | None, str]:
         netem = _run("tc", "qdisc", "add", "dev", probe, "root", "netem", "loss", "10%")
         if shutil.which("tc") is not None and netem.returncode == 0:
             return "netem", "tc netem loss"
-        why_not = "no tc" if shutil.which("tc") is None else netem.stderr.strip()
+        why_not = "no tc" if shutil.which("tc") is None else "the kernel has no netem qdisc"
         missing = debian_package("nftables", "nft")
         if missing is not None:
-            return None, f"no netem ({why_not}) and {missing}"
-        return "nft", f"nftables random drop (no netem qdisc: {why_not})"
+            return None, f"{why_not}, and {missing}"
+        return "nft", f"nftables random drop ({why_not})"
     finally:
         _run("ip", "link", "del", probe)
 
@@ -85,7 +85,7 @@ def packet_loss(link: NetnsLink, percent: int) -> Iterator[str]:
     if kind == "netem":
         _run("tc", "qdisc", "add", "dev", link.host_if, "root", "netem", "loss", f"{percent}%")
         try:
-            yield f"{what} {percent}%"
+            yield f"{what}, {percent} %"
         finally:
             _run("tc", "qdisc", "del", "dev", link.host_if, "root")
         return
@@ -100,7 +100,7 @@ table inet {table} {{
     done = subprocess.run(["nft", "-f", "-"], input=rules, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     try:
-        yield f"{what} {percent}%"
+        yield f"{what}, {percent} %"
     finally:
         _run("nft", "delete", "table", "inet", table)
 
