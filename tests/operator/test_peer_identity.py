@@ -52,7 +52,7 @@ def _value(op: Operator, name: str, **labels: str) -> float:
     return op.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-async def _until(check: object, what: str, rounds: int = 300) -> None:
+async def _until(check: object, what: str, rounds: int = 600) -> None:
     for _ in range(rounds):
         if check():  # type: ignore[operator]
             return
