@@ -16,7 +16,8 @@ Steps it yields (the last one is terminal, after which the generator is finished
                                                  new snapshot), at most until deadline
     Relay(decision)              terminal: the answer in hand goes to the client as it is
     Refuse(decision, status)     terminal: the gateway's own 429 / 404 / 503
-    GiveUp(status, failure)      terminal: the last attempt failed before answering (502/504)
+    GiveUp(status, failure)      terminal: the last attempt failed before answering (502/504;
+                                 503 when it was a last resort, every site judged down)
 
 States and transitions (everything that decides a transition is in this file):
 
@@ -29,6 +30,7 @@ States and transitions (everything that decides a transition is in this file):
                 Answered(anything else, or no other site) -> Relay
                 retryable Failure, n < max, another site routes -> RETRY
                 retryable Failure otherwise, or a read timeout / broken answer -> GiveUp
+                  (a retryable Failure of a LAST_RESORT attempt: GiveUp 503 no site)
     RETRY       decide again on the request's ORIGINAL snapshot (the one its attempt was
                 decided on), excluding every site tried, can_hold=False -> ATTEMPT n+1
                 (under an overlay: the next untried member of the failed one's group,
@@ -63,7 +65,7 @@ from gridroute.core.ejection import Ejections
 from gridroute.core.gridstate import Snapshot
 from gridroute.core.group_route import GroupDecision
 from gridroute.core.overlay_request import OverlayRequest
-from gridroute.core.select import Decision, Outcome, Path, Policy, Reason, decide
+from gridroute.core.select import Decision, Outcome, Path, Policy, Reason, decide, retry_after_s
 from gridroute.core.view import SiteView
 
 
@@ -196,6 +198,10 @@ class GiveUp:
     decision: Decision
     status: int
     failure: Failure
+    retry_after_s: int | None = None
+    """Set with status 503: the attempt was a last resort (every candidate judged
+    down) and never reached a backend, so the client is told "no healthy site, retry
+    later" (the seed's 503 + Retry-After), not a gateway error of a live backend."""
     terminal = True
 
 
@@ -297,6 +303,9 @@ def request_flow(
                 tried, after = tried | {key}, (view.site, fed.value)
                 d, choice = nxt
                 continue
+        if retryable and d.path is Path.LAST_RESORT:
+            yield GiveUp(d, REFUSAL_STATUS[Outcome.NO_SITE], fed, retry_after_s(grid.rng))
+            return
         yield GiveUp(d, status, fed)
         return
 

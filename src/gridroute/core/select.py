@@ -158,7 +158,8 @@ def _queue_tie(views: Sequence[SiteView], weights: Sequence[float], rng: Random)
     return idx[_draw([views[i] for i in idx], [weights[i] for i in idx], rng)]
 
 
-def _retry_after(rng: Random) -> int:
+def retry_after_s(rng: Random) -> int:
+    """A Retry-After for a refusal, spread over `RETRY_AFTER_S` so retries do not align."""
     return RETRY_AFTER_S[int(rng.random() * len(RETRY_AFTER_S))]
 
 
@@ -189,7 +190,7 @@ def _fallthrough(
         return Decision(Outcome.ROUTE, Path.LAST_RESORT, front, refused)
     if plan.front is not None:
         return Decision(Outcome.ROUTE, Path.LAST_RESORT, plan.front, refused)
-    return Decision(Outcome.NO_SITE, Path.NONE, None, refused, _retry_after(rng))
+    return Decision(Outcome.NO_SITE, Path.NONE, None, refused, retry_after_s(rng))
 
 
 def decide(
@@ -216,7 +217,7 @@ def decide(
     shed = model in snapshot.shedding
     if shed and policy is not Policy.GRIDROUTE:
         return Decision(
-            Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), _retry_after(rng)
+            Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), retry_after_s(rng)
         )
     healthy = plan.healthy
     weights = plan.healthy_weights
@@ -271,7 +272,7 @@ def decide(
             return Decision(d.outcome, Path.BORROW, d.view, d.refused, None, d.rho)
         if known and (s.shedding or shed or (s.max_queue_ms > 0 and s.queue_overflow == "shed")):
             return Decision(
-                Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), _retry_after(rng)
+                Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), retry_after_s(rng)
             )
     else:
         for i, v in enumerate(healthy):

@@ -105,6 +105,17 @@ def refuse(d: Decision) -> web.Response:
     return error_response(503, errs.NO_HEALTHY_SITE, d.retry_after_s)
 
 
+def give_up(step: GiveUp) -> web.Response:
+    """The answer when the last attempt failed before the backend answered: 503
+    `no_healthy_site` + Retry-After for a last resort (every site judged down), else
+    504 for a timeout and 502 for the rest."""
+    if step.status == 503:
+        return error_response(503, errs.NO_HEALTHY_SITE, step.retry_after_s)
+    if step.status == 504:
+        return error_response(504, errs.UPSTREAM_TIMEOUT)
+    return error_response(step.status, errs.UPSTREAM_FAILED)
+
+
 async def read_model(request: web.Request, gw: Gateway) -> tuple[bytes, str] | web.Response:
     """The whole body (bounded in size and in time) and its `model`, or the 4xx answer."""
     errors = gw.client_errors
@@ -186,10 +197,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 status = resp.status
                 return resp
             if isinstance(step, GiveUp):
-                timeout = step.status == 504
-                resp = error_response(
-                    step.status, errs.UPSTREAM_TIMEOUT if timeout else errs.UPSTREAM_FAILED
-                )
+                resp = give_up(step)
                 status = resp.status
                 return resp
             assert isinstance(step, Attempt), step  # a Relay is carried out in _attempt

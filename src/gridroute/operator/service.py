@@ -26,11 +26,12 @@ from prometheus_client import CollectorRegistry
 
 from gridroute.inbound.client_errors import ClientErrors
 from gridroute.inbound.guard import Guard, GuardedRunner
+from gridroute.inbound.tls_gate import TLSGateSite
 from gridroute.operator.config import OperatorConfig
 from gridroute.operator.gateway_reports import GatewayReports
 from gridroute.operator.learning import ProviderLearning
 from gridroute.operator.metrics import OperatorMetrics
-from gridroute.operator.peer_access import access_middleware
+from gridroute.operator.peer_access import access_middleware, handshake_refusals, refusal_counter
 from gridroute.operator.peer_rounds import POLL_GIVE_UP_ROUNDS, PeerRounds, SkipMetrics
 from gridroute.operator.scrape import ProviderScraper
 from gridroute.operator.server import build_app
@@ -132,16 +133,25 @@ class Operator:
         )
         self.client_errors = errors
         app = build_app(self)
-        if cfg.tls is not None:
+        refused = refusal_counter(self.metrics.registry) if cfg.tls is not None else None
+        if refused is not None:
             app.middlewares.append(
-                access_middleware(
-                    cfg.trust_domain, cfg.allowed_identities, self.metrics.registry, errors
-                )
+                access_middleware(cfg.trust_domain, cfg.allowed_identities, refused, errors)
             )
         self._runner = GuardedRunner(app, guard=Guard(cfg.listener, errors), access_log=None)
         await self._runner.setup()
-        ssl_ctx = server_context(cfg.tls) if cfg.tls is not None else None
-        site = web.TCPSite(self._runner, cfg.host, cfg.port, ssl_context=ssl_ctx)
+        site: web.TCPSite
+        if cfg.tls is not None and refused is not None:
+            site = TLSGateSite(
+                self._runner,
+                cfg.host,
+                cfg.port,
+                ssl_context=server_context(cfg.tls),
+                on_refused=handshake_refusals(refused, errors),
+                handshake_timeout_s=cfg.listener.header_timeout_s,
+            )
+        else:
+            site = web.TCPSite(self._runner, cfg.host, cfg.port)
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []

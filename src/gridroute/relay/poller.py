@@ -199,7 +199,8 @@ class _Refused(Exception):
 def _classify_tls(exc: BaseException, tls: bool) -> PollResult | None:
     """Name a TLS failure, or None when the error is not about TLS.
 
-    Our own verification failing (untrusted chain, wrong URI SAN) is `bad_identity`.
+    Our own verification failing (untrusted chain, wrong URI SAN, or a responder that
+    answers plain HTTP where TLS is required) is `bad_identity`.
     The responder refusing our certificate is `unauthorized`: it shows either as a TLS
     alert or, from asyncio servers, as a reset of the connection during the handshake
     (a TCP connect never fails with a reset, so a reset while connecting with TLS is
@@ -218,8 +219,8 @@ def _classify_tls(exc: BaseException, tls: bool) -> PollResult | None:
             return PollResult.BAD_IDENTITY
         if isinstance(seen, ssl.SSLError | aiohttp.ClientSSLError):
             text = str(seen).lower()
-            if "certificate verify failed" in text:
-                return PollResult.BAD_IDENTITY
+            if "certificate verify failed" in text or "wrong version number" in text:
+                return PollResult.BAD_IDENTITY  # a plain-HTTP responder proves no identity
             return PollResult.UNAUTHORIZED
         if (
             tls
