@@ -32,12 +32,18 @@ delayed every other peer's rows by its timeout. Here instead:
 
 `grid_signals_poll_skipped_total{target, reason}` counts rounds in which a peer was
 not polled (`in_flight`, `backoff`): overload shows as degraded freshness, counted.
+
+The rounds may run on a loop of their own (the operator runs them on its peer thread,
+`peer_thread.py`, so that peer polling work never delays the local gateways' reads):
+everything they change in the store goes through `deliver`, which the operator points
+at its main loop (`call_soon_threadsafe`); by default it is called at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -94,6 +100,10 @@ def overloaded(*, waited: int, running: int) -> bool:
     return running * 2 > waited
 
 
+def _now(change: Callable[[], None]) -> None:
+    change()
+
+
 class PeerRounds:
     """Runs poll rounds over `clients`, storing into `store`."""
 
@@ -116,12 +126,22 @@ class PeerRounds:
         """Factor on the poll interval: > 1 while rounds overrun (see the module doc)."""
         self.on_decoded: Callable[[PollOutcome], None] | None = None
         """Called with each poll that decoded (the operator keeps the peer's gateway sums)."""
+        self.deliver: Callable[[Callable[[], None]], object] = _now
+        """Runs a change of the store (and `on_decoded`) where the store lives."""
+
+    def _store_rows(self, outcome: PollOutcome) -> None:
+        assert outcome.decoded is not None
+        self.store.add_peer(outcome.target, outcome.decoded.received)
+        if self.on_decoded is not None:
+            self.on_decoded(outcome)
+
+    def _round_ended(self, ended: float) -> None:
+        for peer in self.peers:
+            self.store.round_end(peer.client.target, ended)
 
     def _completed(self, peer: _Peer, outcome: PollOutcome) -> None:
         if outcome.decoded is not None:
-            self.store.add_peer(outcome.target, outcome.decoded.received)
-            if self.on_decoded is not None:
-                self.on_decoded(outcome)
+            self.deliver(functools.partial(self._store_rows, outcome))
         if outcome.result is PollResult.OK:
             peer.failures = 0
         else:
@@ -156,9 +176,7 @@ class PeerRounds:
         else:
             self.stretch = max(1.0, 1.0 + (self.stretch - 1.0) * 0.9)
         self.metrics.stretch.set(self.stretch)
-        ended = self.clock()
-        for peer in self.peers:
-            self.store.round_end(peer.client.target, ended)
+        self.deliver(functools.partial(self._round_ended, self.clock()))
         self.rounds += 1
 
     async def close(self) -> None:
