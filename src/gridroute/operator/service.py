@@ -79,7 +79,7 @@ class Operator:
             p.name: ProviderLearning(f"{config.site}/{p.name}") for p in config.providers
         }
         tls = config.tls
-        peer_ssl = client_context(tls) if tls is not None else None
+        # One TLS context per peer, so each new connection resumes that peer's session.
         # A poll outlives its round (see peer_rounds.py): it gives up after a few rounds.
         limits = PollLimits(timeout_s=POLL_GIVE_UP_ROUNDS * config.peer_poll_interval_seconds)
         self.peers = [
@@ -87,7 +87,7 @@ class Operator:
                 peer.site,
                 peer.url.rstrip("/") + "/signals?scope=own",
                 metrics=self.metrics.poll,
-                ssl_context=peer_ssl,
+                ssl_context=client_context(tls, resume=True) if tls is not None else None,
                 expected_identity=spiffe_id(config.trust_domain, peer.site) if tls else None,
                 expected_site=peer.site,
                 limits=limits,
