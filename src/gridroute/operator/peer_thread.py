@@ -19,11 +19,43 @@ work delays a local read by slices of that size, never by a whole round of it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class Mailbox:
+    """Changes handed from the peer thread to the main loop, run there in order.
+
+    One wake-up of the main loop per batch, not per change: a round of 59 peers that
+    complete together costs one `call_soon_threadsafe` (a write to the loop's self-pipe
+    and a wake-up), not 59.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[Callable[[], None]] = []
+
+    def deliver(self, change: Callable[[], None]) -> None:
+        with self._lock:
+            self._pending.append(change)
+            first = len(self._pending) == 1
+        if first:
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            changes, self._pending = self._pending, []
+        for change in changes:
+            try:
+                change()
+            except Exception:  # one bad change must not lose the others
+                log.exception("peer rows could not be stored")
 
 
 class PeerThread:

@@ -33,7 +33,7 @@ from gridroute.operator.learning import ProviderLearning
 from gridroute.operator.metrics import OperatorMetrics
 from gridroute.operator.peer_access import access_middleware
 from gridroute.operator.peer_rounds import POLL_GIVE_UP_ROUNDS, PeerRounds, SkipMetrics
-from gridroute.operator.peer_thread import PeerThread
+from gridroute.operator.peer_thread import Mailbox, PeerThread
 from gridroute.operator.scrape import ProviderScraper
 from gridroute.operator.server import build_app
 from gridroute.operator.store import RelayStore
@@ -154,7 +154,7 @@ class Operator:
         if self.peers:
             self.peer_thread = PeerThread(f"peers-{cfg.site}")
             self.peer_thread.start()
-            self.peer_rounds.deliver = asyncio.get_running_loop().call_soon_threadsafe
+            self.peer_rounds.deliver = Mailbox(asyncio.get_running_loop()).deliver
         self._tasks = [
             asyncio.create_task(self._every(cfg.scrape_interval_seconds, self.scrape_round)),
             asyncio.create_task(
