@@ -28,7 +28,7 @@ from operator_fixtures import (
 from prometheus_client import CollectorRegistry
 
 from gridroute.inbound.tls_gate import HandshakeRefusal, refusal_of
-from gridroute.operator.certs import VALID_DAYS, _write, init_certs, make_site_cert
+from gridroute.operator.certs import VALID_DAYS, init_certs, make_site_cert, write_leaf
 from gridroute.operator.service import Operator
 from gridroute.relay.poller import LOCAL_LIMITS, PollMetrics, PollResult, SignalsClient
 from gridroute.wire.identity import spiffe_id
@@ -44,7 +44,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     then = dt.datetime.now(dt.UTC) - dt.timedelta(days=VALID_DAYS + 30)
     for client in (False, True):
         key, cert = make_site_cert(ca, "west", "gridroute.local", client=client, now=then)
-        _write(expired / "west" / ("client" if client else "server"), key, cert)
+        write_leaf(expired / "west" / ("client" if client else "server"), key, cert)
     return Certs(root, expired)
 
 
