@@ -1,7 +1,9 @@
 """The local grid scraped by a real Prometheus with gridroute's own deploy/prometheus
 config and rules.
 
-* After traffic, a shed and a partition, every PromQL expression of the Grafana
+* Under capacity, one site's backend answers 503: the gateway retries those requests
+  on the sites with room and they are answered there (retries counted, no 5xx). Then,
+  past capacity, a shed and a partition: every PromQL expression of the Grafana
   dashboard and of the recording rules returns data, every selector an alert reads has
   data, every rule evaluates without error, and the partitioned site's silence alert
   goes pending. A metric renamed in the code breaks this test, not a panel in production.
@@ -47,6 +49,8 @@ SPEC = GridSpec(
 )
 CLIENTS = 24
 """More clients than the grid's 16 slots, so the model is shed part of the time."""
+LIGHT_CLIENTS = 6
+"""Fewer clients than the slots left when any one site fails, so a retry finds room."""
 DATA_TIMEOUT_S = 30.0
 
 
@@ -95,19 +99,10 @@ def rules() -> list[dict[str, Any]]:
     return out
 
 
-NEEDS_ROOM = {"Retries by site and reason"}
-"""Panels this grid cannot feed: past capacity (the shed is part of the test) a
-request refused by the partitioned site finds no other site with room, so the request
-flow relays the refusal instead of retrying it. Known gap (issue 15 stays open): the
-test needs a partition under capacity for these panels."""
-
-
 def checks() -> dict[str, str]:
     """What must return at least one series -> where it comes from."""
     want: dict[str, str] = {}
     for title, expr in dashboard_exprs():
-        if title in NEEDS_ROOM:
-            continue
         want[expr] = f"dashboard panel {title!r}"
     for rule in rules():
         if "record" in rule:
@@ -134,6 +129,22 @@ class Stack:
         self.grid = grid
         self.prom = prom
         self.workdir = workdir
+        self._load: BackgroundLoad | None = None
+
+    def drive(self, clients: int) -> None:
+        """From now on, `clients` closed-loop clients (replacing the ones before)."""
+        self.stop_load()
+        self._load = BackgroundLoad(self.grid.gateway_url, SPEC.model, clients).start()
+
+    def stop_load(self) -> None:
+        if self._load is not None:
+            self._load.stop()
+            self._load = None
+
+    def value(self, expr: str) -> float:
+        """The one value of `expr` (0 when it has no series)."""
+        got = self.prom.query(expr)
+        return float(got[0]["value"][1]) if got else 0.0
 
 
 @pytest.fixture(scope="module")
@@ -141,15 +152,17 @@ def stack(
     prometheus_binaries: PrometheusBinaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("prometheus-grid")
-    with (
-        LocalGrid(SPEC, workdir=tmp / "grid") as grid,
-        BackgroundLoad(grid.gateway_url, SPEC.model, CLIENTS),
-    ):
+    with LocalGrid(SPEC, workdir=tmp / "grid") as grid:
         config = prometheus_config(grid, tmp / "prometheus")
         with RunningPrometheus(prometheus_binaries, config, tmp / "prom-run") as prom:
-            up = lambda: len(prom.query("up == 1")) == 1 + 2 * len(SPEC.sites)  # noqa: E731
-            assert _until(up, DATA_TIMEOUT_S), prom.query("up")
-            yield Stack(grid, prom, tmp)
+            stack = Stack(grid, prom, tmp)
+            stack.drive(LIGHT_CLIENTS)
+            try:
+                up = lambda: len(prom.query("up == 1")) == 1 + 2 * len(SPEC.sites)  # noqa: E731
+                assert _until(up, DATA_TIMEOUT_S), prom.query("up")
+                yield stack
+            finally:
+                stack.stop_load()
 
 
 def _prometheus_fed_gateway(stack: Stack) -> str:
@@ -210,7 +223,29 @@ def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
     want = checks()
     assert len(want) > 20
     grid, prom = stack.grid, stack.prom
-    grid.partition("east", drain_s=0.5)  # retries, silent decisions, failing polls
+
+    # Under capacity, west's backend answers 503 (its signals stay fresh): each such
+    # request is retried on a site with room and answered there, so retries are counted
+    # and no 5xx reaches a client.
+    stack.drive(LIGHT_CLIENTS)
+    five_xx = 'sum(grid_route_request_duration_seconds_count{status="5xx"})'
+    west_retries = 'sum(grid_route_retries_total{site="west",reason="status_503"})'
+    time.sleep(2.0)  # two scrapes: what came before is in Prometheus
+    errors_before, retries_before = stack.value(five_xx), stack.value(west_retries)
+    http_json(grid.backend_urls["west"] + "/admin/fail", {"status": 503})
+    try:
+        retried = lambda: stack.value(west_retries) >= retries_before + 3  # noqa: E731
+        assert _until(retried, DATA_TIMEOUT_S), prom.query("grid_route_retries_total")
+    finally:
+        http_json(grid.backend_urls["west"] + "/admin/recover", {})
+    time.sleep(2.0)
+    assert stack.value(five_xx) == errors_before, prom.query(
+        "grid_route_request_duration_seconds_count"
+    )
+
+    # Past capacity (a shed), then a partition: silent decisions, failing polls.
+    stack.drive(CLIENTS)
+    grid.partition("east", drain_s=0.5)
 
     missing: dict[str, str] = dict(want)
 
