@@ -18,9 +18,8 @@ config and rules.
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +29,13 @@ import yaml
 from gridroute.grid.launcher import LocalGrid, http_json
 from gridroute.grid.layout import Addresses, GridSpec, LocalSite, gateway_config
 from gridroute.load.background import BackgroundLoad
+from tests.prometheus_grid import DEPLOY, NATS_ROW, dashboard_queries, prometheus_config, until
 from tests.prometheus_package import PrometheusBinaries
 from tests.prometheus_server import RunningPrometheus
 from tests.promql_selectors import selectors
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # a first apt-get install
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy" / "prometheus"
-DASHBOARD = ROOT / "deploy" / "grafana" / "gridroute.json"
-RATE_INTERVAL = "5s"
-"""What Grafana's `$__rate_interval` stands for here: a few 1 s scrapes."""
 SPEC = GridSpec(
     sites=(LocalSite("hub", 6), LocalSite("west", 6), LocalSite("east", 4)),
     service_s=0.2,
@@ -54,43 +49,6 @@ LIGHT_CLIENTS = 6
 DATA_TIMEOUT_S = 30.0
 
 
-def prometheus_config(grid: LocalGrid, out: Path) -> Path:
-    """deploy/prometheus copied to `out`, pointed at the grid, scraping every second.
-
-    Only the global intervals and the file_sd target files change; the jobs, TLS
-    settings and rule files are the shipped ones."""
-    shutil.copytree(DEPLOY, out)
-    certs = out / "certs"
-    certs.mkdir()
-    shutil.copy(grid.certs / "ca.crt", certs / "ca.crt")
-    shutil.copy(grid.certs / "hub" / "client.crt", certs / "prometheus.crt")
-    shutil.copy(grid.certs / "hub" / "client.key", certs / "prometheus.key")
-    config = yaml.safe_load((out / "prometheus.yml").read_text())
-    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    (out / "prometheus.yml").write_text(yaml.safe_dump(config))
-    gateways = [
-        {"targets": [url.removeprefix("http://")], "labels": {"grid_site": site}}
-        for url, site in zip(grid.gateway_metrics_urls, SPEC.gateway_sites, strict=True)
-    ]
-    operators = [
-        {"targets": [url.removeprefix("https://")], "labels": {"grid_site": site}}
-        for site, url in grid.operator_urls.items()
-    ]
-    (out / "targets" / "gateways.json").write_text(json.dumps(gateways))
-    (out / "targets" / "operators.json").write_text(json.dumps(operators))
-    return out / "prometheus.yml"
-
-
-def dashboard_exprs() -> list[tuple[str, str]]:
-    """(panel title, expression) of every query in the dashboard."""
-    dash = json.loads(DASHBOARD.read_text())
-    return [
-        (p["title"], t["expr"].replace("$__rate_interval", RATE_INTERVAL))
-        for p in dash["panels"]
-        for t in p.get("targets", [])
-    ]
-
-
 def rules() -> list[dict[str, Any]]:
     out = []
     for path in sorted((DEPLOY / "rules").glob("*.yml")):
@@ -102,8 +60,9 @@ def rules() -> list[dict[str, Any]]:
 def checks() -> dict[str, str]:
     """What must return at least one series -> where it comes from."""
     want: dict[str, str] = {}
-    for title, expr in dashboard_exprs():
-        want[expr] = f"dashboard panel {title!r}"
+    for q in dashboard_queries():
+        if q.row != NATS_ROW:  # tests/e2e/test_prometheus_nats.py runs those
+            want[q.expr] = f"dashboard panel {q.title!r}"
     for rule in rules():
         if "record" in rule:
             want[rule["record"]] = f"recording rule {rule['record']}"
@@ -111,15 +70,6 @@ def checks() -> dict[str, str]:
         for sel in selectors(rule["expr"]):
             want.setdefault(sel, f"alert {rule['alert']} (selector)")
     return want
-
-
-def _until(ok: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not ok():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
 
 
 class Stack:
@@ -153,13 +103,13 @@ def stack(
 ) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("prometheus-grid")
     with LocalGrid(SPEC, workdir=tmp / "grid") as grid:
-        config = prometheus_config(grid, tmp / "prometheus")
+        config = prometheus_config(grid, SPEC.gateway_sites, tmp / "prometheus")
         with RunningPrometheus(prometheus_binaries, config, tmp / "prom-run") as prom:
             stack = Stack(grid, prom, tmp)
             stack.drive(LIGHT_CLIENTS)
             try:
                 up = lambda: len(prom.query("up == 1")) == 1 + 2 * len(SPEC.sites)  # noqa: E731
-                assert _until(up, DATA_TIMEOUT_S), prom.query("up")
+                assert until(up, DATA_TIMEOUT_S), prom.query("up")
                 yield stack
             finally:
                 stack.stop_load()
@@ -200,7 +150,7 @@ def test_a_gateway_reads_site_load_from_prometheus(stack: Stack) -> None:
             s["live"] == "live" and s["measured"] and s["capacity"] for s in r.values()
         )
 
-    assert _until(all_live, DATA_TIMEOUT_S), rows()
+    assert until(all_live, DATA_TIMEOUT_S), rows()
     status = http_json(url + "/grid/status")
     assert status["poll"]["result"] == "ok"
     assert {r["site"]: r["capacity"] for r in status["sites"]} == {
@@ -210,11 +160,11 @@ def test_a_gateway_reads_site_load_from_prometheus(stack: Stack) -> None:
     grid.partition("east", drain_s=0.5)
     try:
         east_silent = lambda: rows().get("east", {}).get("live") == "silent"  # noqa: E731
-        assert _until(east_silent, DATA_TIMEOUT_S), rows()
+        assert until(east_silent, DATA_TIMEOUT_S), rows()
         assert rows()["hub"]["live"] == "live"
     finally:
         grid.restore("east")
-    assert _until(lambda: rows().get("east", {}).get("live") != "silent", DATA_TIMEOUT_S)
+    assert until(lambda: rows().get("east", {}).get("live") != "silent", DATA_TIMEOUT_S)
 
 
 def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
@@ -235,7 +185,7 @@ def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
     http_json(grid.backend_urls["west"] + "/admin/fail", {"status": 503})
     try:
         retried = lambda: stack.value(west_retries) >= retries_before + 3  # noqa: E731
-        assert _until(retried, DATA_TIMEOUT_S), prom.query("grid_route_retries_total")
+        assert until(retried, DATA_TIMEOUT_S), prom.query("grid_route_retries_total")
     finally:
         http_json(grid.backend_urls["west"] + "/admin/recover", {})
     time.sleep(2.0)
@@ -255,7 +205,7 @@ def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
                 del missing[expr]
         return not missing
 
-    _until(all_have_data, DATA_TIMEOUT_S)
+    until(all_have_data, DATA_TIMEOUT_S)
     assert missing == {}, f"no series for: {json.dumps(missing, indent=1)}"
 
     # Every rule evaluates cleanly (a type error in a rule shows only here).
@@ -271,7 +221,7 @@ def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
 
     # The partitioned site's silence is seen by the alert (pending: `for` is 30 s).
     silent = 'ALERTS{alertname="GridSiteSilent",site="east"}'
-    assert _until(lambda: bool(prom.query(silent)), DATA_TIMEOUT_S), prom.query(
+    assert until(lambda: bool(prom.query(silent)), DATA_TIMEOUT_S), prom.query(
         "grid_route_site_silent_seconds"
     )
     assert not prom.query('ALERTS{alertname="GridSiteSilent",site="hub"}')
