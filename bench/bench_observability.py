@@ -1,0 +1,271 @@
+"""What observability costs per request: the gateway with metrics and tracing on vs off,
+in one run on this machine.
+
+Rounds interleave three gateways (same config otherwise: three sites on live signals,
+own-load accounting, health probes), each pinned to core 0 in turn, against the fast
+fake backend (proxy_backend.py) on core 1, so a slow phase of a shared machine hits all
+three alike:
+
+    off              no metrics listener, no tracing
+    metrics          `metrics.listen` on, scraped once a second as Prometheus would
+    metrics+tracing  that, and `tracing.otlp_endpoint` exporting every request's spans
+                     over OTLP/HTTP to a receiver on core 1 (otlp_sink.py, which decodes
+                     them and counts the spans it got)
+
+Per gateway: requests/s with C keep-alive connections (closed loop) and CPU per request
+(the process tree's user + system time over the run, all threads: the OTLP export
+thread too), medians over the rounds, and each figure's ratio to `off` in the same
+round. The spans received per request show the exporter kept up (2 per request: the
+route span and its attempt); fewer would mean spans were dropped and the cost understated.
+
+The per-request counters (`grid_route_selections_total`, `..._decisions_total`, the
+latency histograms) cannot be turned off, since /grid/status and the dashboard read them.
+So the micro section times, in this process, what one routed request calls on them
+and on the tracer, next to the routing decision itself (`decide`, three sites).
+
+    .venv/bin/python bench/bench_observability.py [--rounds 3] [--seconds 3] [--connections 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_proxy import HERE, PY, drive, free_port, start, stop, tree_cpu, wait_port
+
+NAMES = ("off", "metrics", "metrics+tracing")
+SCRAPE_INTERVAL_S = 1.0
+
+
+def gateway_args(tmp: Path, name: str, port: int, backend: int, sink: int) -> tuple[list[str], int]:
+    """The gateway's command line for `name`, and its metrics port (0: none)."""
+    url = f"http://127.0.0.1:{backend}"
+    sites = "\n".join(f"  - {{name: {s}, backend_url: '{url}'}}" for s in ("hub", "west", "east"))
+    text = (
+        f"listen: 127.0.0.1:{port}\nlocal_site: hub\n"
+        f"operator: {{url: '{url}', poll_interval_s: 1.0}}\n"
+        f"sites:\n{sites}\nmodels: [{{name: m}}]\n"
+    )
+    metrics = 0
+    if name != "off":
+        metrics = free_port()
+        text += f"metrics: {{listen: '127.0.0.1:{metrics}'}}\n"
+    if name == "metrics+tracing":
+        text += f"tracing: {{otlp_endpoint: 'http://127.0.0.1:{sink}/v1/traces'}}\n"
+    cfg = tmp / f"gateway-{name.replace('+', '-')}.yaml"
+    cfg.write_text(text)
+    return [str(Path(PY).with_name("gridroute")), "gateway", "--config", str(cfg)], metrics
+
+
+class Scraper:
+    """GETs /metrics once a second in a thread while a run lasts; counts bytes."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.scrapes = 0
+        self.bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(SCRAPE_INTERVAL_S):
+            try:
+                with urllib.request.urlopen(self.url, timeout=2.0) as resp:
+                    self.bytes += len(resp.read())
+                self.scrapes += 1
+            except OSError:
+                pass
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+
+def sink_spans(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5.0) as resp:
+        return int(json.loads(resp.read())["spans"])
+
+
+@dataclass
+class Run:
+    rps: float
+    cpu_us: float
+    errors: int
+    spans_per_request: float | None
+    scrapes: int
+
+
+def one_run(tmp: Path, name: str, backend: int, sink: int, seconds: float, conns: int) -> Run:
+    port = free_port()
+    args, metrics = gateway_args(tmp, name, port, backend, sink)
+    spans0 = sink_spans(sink)
+    proc = start(args, 0)
+    try:
+        wait_port(port)
+        time.sleep(1.5)  # the first signals poll and probe round
+        warm = asyncio.run(drive(port, conns, 1.0))  # warm-up: pools, caches
+        cpu0 = tree_cpu(proc.pid)
+        t0 = time.perf_counter()
+        if metrics:
+            with Scraper(metrics) as scraper:
+                stats = asyncio.run(drive(port, conns, seconds))
+            scrapes = scraper.scrapes
+        else:
+            stats = asyncio.run(drive(port, conns, seconds))
+            scrapes = 0
+        elapsed = time.perf_counter() - t0 - 0.2
+        cpu = tree_cpu(proc.pid) - cpu0
+    finally:
+        stop(proc)  # flushes the spans still buffered
+    spans = None
+    if name == "metrics+tracing":  # the gateway's whole life: its exporter batches
+        spans = (sink_spans(sink) - spans0) / max(warm.done + stats.done, 1)
+    return Run(stats.done / elapsed, cpu / max(stats.done, 1) * 1e6, stats.errors, spans, scrapes)
+
+
+def med(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def processes(rounds: int, seconds: float, conns: int) -> None:
+    res: dict[str, list[Run]] = {n: [] for n in NAMES}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        backend, sink = free_port(), free_port()
+        procs = [
+            start([PY, str(HERE / "proxy_backend.py"), str(backend)], 1),
+            start([PY, str(HERE / "otlp_sink.py"), str(sink)], 1),
+        ]
+        try:
+            wait_port(backend)
+            wait_port(sink)
+            for r in range(rounds):
+                for name in NAMES:
+                    run = one_run(tmp, name, backend, sink, seconds, conns)
+                    res[name].append(run)
+                    extra = "" if run.spans_per_request is None else (
+                        f"  spans/req {run.spans_per_request:.2f}"
+                    )  # fmt: skip
+                    print(
+                        f"round {r} {name:<16}{run.rps:8.0f}/s {run.cpu_us:6.0f} us"
+                        f"  errors {run.errors}  scrapes {run.scrapes}{extra}",
+                        flush=True,
+                    )
+        finally:
+            for proc in procs:
+                stop(proc)
+    print(f"\ngateway processes: medians over {rounds} rounds of {seconds:g} s, {conns} conns")
+    off = res["off"]
+    for name in NAMES:
+        runs = res[name]
+        rps_ratio = med([x.rps / b.rps for x, b in zip(runs, off, strict=True)])
+        cpu_ratio = med([x.cpu_us / b.cpu_us for x, b in zip(runs, off, strict=True)])
+        added = med([x.cpu_us - b.cpu_us for x, b in zip(runs, off, strict=True)])
+        spans = [x.spans_per_request for x in runs if x.spans_per_request is not None]
+        tail = f"  spans/req {med(spans):.2f}" if spans else ""
+        print(
+            f"{name:<16}{med([x.rps for x in runs]):8.0f}/s {med([x.cpu_us for x in runs]):6.0f}"
+            f" us/req  req/s {rps_ratio:.2f}x off  CPU/req {cpu_ratio:.2f}x off"
+            f" ({added:+.0f} us){tail}"
+        )
+
+
+def per_call_us(fn: Callable[[], object], n: int) -> float:
+    """Best of three, in this thread's CPU time (descheduled time on a shared machine
+    does not count, nor does the span processor's export thread)."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.thread_time()
+        for _ in range(n):
+            fn()
+        best = min(best, time.thread_time() - t0)
+    return best / n * 1e6
+
+
+def micro(n: int) -> None:
+    """One routed request's calls on the metrics and the tracer, against `decide`."""
+    import random
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+    from prometheus_client import CollectorRegistry
+
+    from bench_select import build
+    from gridroute.core import Policy, decide
+    from gridroute.gateway.metrics import GatewayMetrics
+    from gridroute.gateway.tracing import RequestTracer
+
+    class Discard(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    state, own = build(3)
+    snap, rng = state.snapshot, random.Random(1)
+    assert snap is not None
+    d = decide(snap, "m", rng, Policy.GRIDROUTE, own.counts)
+    assert d.view is not None
+    site = d.view.site
+    metrics = GatewayMetrics(CollectorRegistry())
+
+    def count() -> None:
+        metrics.decision(d)
+        metrics.added(0.0002)
+        metrics.duration(site, 200, 0.001)
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Discard()))
+    tracer = RequestTracer(provider.get_tracer("bench"), provider)
+
+    def trace() -> None:
+        span = tracer.start("/v1/chat/completions", "m", Policy.GRIDROUTE)
+        child = tracer.attempt(span, d, 1)
+        tracer.attempt_end(child, 200, None)
+        tracer.end(span, d, site, 1, 200)
+
+    base = per_call_us(lambda: decide(snap, "m", rng, Policy.GRIDROUTE, own.counts), n)
+    counted = per_call_us(count, n)
+    traced = per_call_us(trace, n // 4)
+    provider.shutdown()
+    print(f"\nin process, per routed request (thread CPU time, best of 3 x {n} calls):")
+    print(f"decide (3 sites)        {base:6.2f} us  1.00x")
+    print(f"metrics (always on)     {counted:6.2f} us  {counted / base:.2f}x decide")
+    print(f"tracing (span + child)  {traced:6.2f} us  {traced / base:.2f}x decide")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--n", type=int, default=40_000, help="calls in the micro section")
+    a = ap.parse_args()
+    if (os.cpu_count() or 1) < 2:
+        sys.exit("needs two cores: the gateway on one, backend, sink and load on the other")
+    os.sched_setaffinity(0, {1})
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    processes(a.rounds, a.seconds, a.connections)
+    micro(a.n)
+
+
+if __name__ == "__main__":
+    main()
