@@ -11,12 +11,14 @@ three alike:
     metrics+tracing  that, and `tracing.otlp_endpoint` exporting every request's spans
                      over OTLP/HTTP to a receiver on core 1 (otlp_sink.py, which decodes
                      them and counts the spans it got)
+    ... 1%           the same with `tracing.sample_ratio: 0.01`
 
 Per gateway: requests/s with C keep-alive connections (closed loop) and CPU per request
 (the process tree's user + system time over the run, all threads: the OTLP export
 thread too), medians over the rounds, and each figure's ratio to `off` in the same
-round. The spans received per request show the exporter kept up (2 per request: the
-route span and its attempt); fewer would mean spans were dropped and the cost understated.
+round. The spans received per request show the exporter kept up (2 per traced request:
+the route span and its attempt); fewer would mean spans were dropped and the cost
+understated.
 
 The per-request counters (`grid_route_selections_total`, `..._decisions_total`, the
 latency histograms) cannot be turned off, since /grid/status and the dashboard read them.
@@ -24,6 +26,7 @@ So the micro section times, in this process, what one routed request calls on th
 and on the tracer, next to the routing decision itself (`decide`, three sites).
 
     .venv/bin/python bench/bench_observability.py [--rounds 3] [--seconds 3] [--connections 64]
+    .venv/bin/python bench/bench_observability.py --only off,metrics+tracing   # a subset
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ from pathlib import Path
 
 from bench_proxy import HERE, PY, drive, free_port, start, stop, tree_cpu, wait_port
 
-NAMES = ("off", "metrics", "metrics+tracing")
+NAMES = ("off", "metrics", "metrics+tracing", "metrics+tracing 1%")
+TRACED = {"metrics+tracing": 1.0, "metrics+tracing 1%": 0.01}
+"""Configurations that trace, and their `tracing.sample_ratio`."""
 SCRAPE_INTERVAL_S = 1.0
 
 
@@ -55,14 +60,16 @@ def gateway_args(tmp: Path, name: str, port: int, backend: int, sink: int) -> tu
         f"listen: 127.0.0.1:{port}\nlocal_site: hub\n"
         f"operator: {{url: '{url}', poll_interval_s: 1.0}}\n"
         f"sites:\n{sites}\nmodels: [{{name: m}}]\n"
+        "shutdown_drain_s: 0\nshutdown_grace_s: 1\n"  # the load has stopped by then
     )
     metrics = 0
     if name != "off":
         metrics = free_port()
         text += f"metrics: {{listen: '127.0.0.1:{metrics}'}}\n"
-    if name == "metrics+tracing":
-        text += f"tracing: {{otlp_endpoint: 'http://127.0.0.1:{sink}/v1/traces'}}\n"
-    cfg = tmp / f"gateway-{name.replace('+', '-')}.yaml"
+    if name in TRACED:
+        endpoint = f"http://127.0.0.1:{sink}/v1/traces"
+        text += f"tracing: {{otlp_endpoint: '{endpoint}', sample_ratio: {TRACED[name]}}}\n"
+    cfg = tmp / f"gateway-{free_port()}.yaml"
     cfg.write_text(text)
     return [str(Path(PY).with_name("gridroute")), "gateway", "--config", str(cfg)], metrics
 
@@ -132,7 +139,7 @@ def one_run(tmp: Path, name: str, backend: int, sink: int, seconds: float, conns
     finally:
         stop(proc)  # flushes the spans still buffered
     spans = None
-    if name == "metrics+tracing":  # the gateway's whole life: its exporter batches
+    if name in TRACED:  # the gateway's whole life: its exporter batches
         spans = (sink_spans(sink) - spans0) / max(warm.done + stats.done, 1)
     return Run(stats.done / elapsed, cpu / max(stats.done, 1) * 1e6, stats.errors, spans, scrapes)
 
@@ -141,8 +148,8 @@ def med(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
 
-def processes(rounds: int, seconds: float, conns: int) -> None:
-    res: dict[str, list[Run]] = {n: [] for n in NAMES}
+def processes(names: tuple[str, ...], rounds: int, seconds: float, conns: int) -> None:
+    res: dict[str, list[Run]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         backend, sink = free_port(), free_port()
@@ -154,14 +161,16 @@ def processes(rounds: int, seconds: float, conns: int) -> None:
             wait_port(backend)
             wait_port(sink)
             for r in range(rounds):
-                for name in NAMES:
+                # Each round starts one later in the list, so a machine that slows down
+                # (or warms up) during a round does not always hit the same gateway.
+                for name in names[r % len(names) :] + names[: r % len(names)]:
                     run = one_run(tmp, name, backend, sink, seconds, conns)
                     res[name].append(run)
                     extra = "" if run.spans_per_request is None else (
                         f"  spans/req {run.spans_per_request:.2f}"
                     )  # fmt: skip
                     print(
-                        f"round {r} {name:<16}{run.rps:8.0f}/s {run.cpu_us:6.0f} us"
+                        f"round {r} {name:<19}{run.rps:8.0f}/s {run.cpu_us:6.0f} us"
                         f"  errors {run.errors}  scrapes {run.scrapes}{extra}",
                         flush=True,
                     )
@@ -170,7 +179,7 @@ def processes(rounds: int, seconds: float, conns: int) -> None:
                 stop(proc)
     print(f"\ngateway processes: medians over {rounds} rounds of {seconds:g} s, {conns} conns")
     off = res["off"]
-    for name in NAMES:
+    for name in names:
         runs = res[name]
         rps_ratio = med([x.rps / b.rps for x, b in zip(runs, off, strict=True)])
         cpu_ratio = med([x.cpu_us / b.cpu_us for x, b in zip(runs, off, strict=True)])
@@ -178,7 +187,7 @@ def processes(rounds: int, seconds: float, conns: int) -> None:
         spans = [x.spans_per_request for x in runs if x.spans_per_request is not None]
         tail = f"  spans/req {med(spans):.2f}" if spans else ""
         print(
-            f"{name:<16}{med([x.rps for x in runs]):8.0f}/s {med([x.cpu_us for x in runs]):6.0f}"
+            f"{name:<19}{med([x.rps for x in runs]):8.0f}/s {med([x.cpu_us for x in runs]):6.0f}"
             f" us/req  req/s {rps_ratio:.2f}x off  CPU/req {cpu_ratio:.2f}x off"
             f" ({added:+.0f} us){tail}"
         )
@@ -256,6 +265,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--n", type=int, default=40_000, help="calls in the micro section")
+    ap.add_argument(
+        "--only", default=",".join(NAMES), help=f"comma-separated, from {', '.join(NAMES)}"
+    )
     a = ap.parse_args()
     if (os.cpu_count() or 1) < 2:
         sys.exit("needs two cores: the gateway on one, backend, sink and load on the other")
@@ -263,7 +275,11 @@ def main() -> None:
     import uvloop
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    processes(a.rounds, a.seconds, a.connections)
+    names = tuple(n.strip() for n in a.only.split(","))
+    unknown = set(names) - set(NAMES)
+    if unknown or "off" not in names:
+        sys.exit(f"--only: names from {', '.join(NAMES)}, with off (the ratios' base)")
+    processes(names, a.rounds, a.seconds, a.connections)
     micro(a.n)
 
 
