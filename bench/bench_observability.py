@@ -1,31 +1,34 @@
 """What observability costs per request: the gateway with metrics and tracing on vs off,
 in one run on this machine.
 
-Rounds interleave three gateways (same config otherwise: three sites on live signals,
+Rounds interleave four gateways (same config otherwise: three sites on live signals,
 own-load accounting, health probes), each pinned to core 0 in turn, against the fast
-fake backend (proxy_backend.py) on core 1, so a slow phase of a shared machine hits all
-three alike:
+fake backend (proxy_backend.py) on core 1; each round starts one later in the list, so
+a slow phase of a shared machine hits all of them alike:
 
-    off              no metrics listener, no tracing
-    metrics          `metrics.listen` on, scraped once a second as Prometheus would
-    metrics+tracing  that, and `tracing.otlp_endpoint` exporting every request's spans
-                     over OTLP/HTTP to a receiver on core 1 (otlp_sink.py, which decodes
-                     them and counts the spans it got)
-    ... 1%           the same with `tracing.sample_ratio: 0.01`
+    off                 no metrics listener, no tracing
+    metrics             `metrics.listen` on, scraped once a second as Prometheus would
+    metrics+tracing     that, and `tracing.otlp_endpoint` exporting every request's
+                        spans over OTLP/HTTP to a receiver on core 1 (otlp_sink.py,
+                        which decodes them and counts the spans it got)
+    metrics+tracing 1%  the same with `tracing.sample_ratio: 0.01`
 
-Per gateway: requests/s with C keep-alive connections (closed loop) and CPU per request
-(the process tree's user + system time over the run, all threads: the OTLP export
-thread too), medians over the rounds, and each figure's ratio to `off` in the same
-round. The spans received per request show the exporter kept up (2 per traced request:
-the route span and its attempt); fewer would mean spans were dropped and the cost
-understated.
+Every gateway is offered the same load, `--rate` requests/s over C keep-alive
+connections (default 500/s, which each of them serves on a shared core; `--rate 0`:
+closed loop, as fast as each goes). Measured: requests/s served and CPU per request (the
+process tree's user + system time over the run, all threads: the OTLP export thread
+too), medians over the rounds, and each one's ratio to `off` in the same round. At an
+equal rate the CPU per request compares like with like; in a closed loop a gateway
+that answers slower also batches less, which moves its CPU per request too. The spans
+received per request show the exporter kept up (2 per traced request: the route span
+and its attempt); fewer would mean spans were dropped and the cost understated.
 
 The per-request counters (`grid_route_selections_total`, `..._decisions_total`, the
 latency histograms) cannot be turned off, since /grid/status and the dashboard read them.
 So the micro section times, in this process, what one routed request calls on them
 and on the tracer, next to the routing decision itself (`decide`, three sites).
 
-    .venv/bin/python bench/bench_observability.py [--rounds 3] [--seconds 3] [--connections 64]
+    .venv/bin/python bench/bench_observability.py [--rounds 3] [--seconds 2] [--rate 500]
     .venv/bin/python bench/bench_observability.py --only off,metrics+tracing   # a subset
 """
 
@@ -35,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,7 +48,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_proxy import HERE, PY, drive, free_port, start, stop, tree_cpu, wait_port
+from bench_proxy import (
+    HERE,
+    PY,
+    Conn,
+    Stats,
+    drive,
+    free_port,
+    request_bytes,
+    start,
+    stop,
+    tree_cpu,
+    wait_port,
+)
 
 NAMES = ("off", "metrics", "metrics+tracing", "metrics+tracing 1%")
 TRACED = {"metrics+tracing": 1.0, "metrics+tracing 1%": 0.01}
@@ -72,6 +88,54 @@ def gateway_args(tmp: Path, name: str, port: int, backend: int, sink: int) -> tu
     cfg = tmp / f"gateway-{free_port()}.yaml"
     cfg.write_text(text)
     return [str(Path(PY).with_name("gridroute")), "gateway", "--config", str(cfg)], metrics
+
+
+class PacedConn(Conn):
+    """A keep-alive connection sending one request every `interval_s` (the next as soon
+    as the answer is in when it is late): open-loop-ish load at a set rate."""
+
+    def __init__(self, req: bytes, stats: Stats, interval_s: float, offset_s: float) -> None:
+        super().__init__(req, stats)
+        self.interval_s = interval_s
+        self.offset_s = offset_s
+        self.due = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.t: asyncio.Transport = transport  # type: ignore[assignment]
+        loop = asyncio.get_running_loop()
+        self.due = loop.time() + self.offset_s
+        loop.call_at(self.due, super().send)
+
+    def send(self) -> None:  # called when an answer is complete
+        loop = asyncio.get_running_loop()
+        self.due += self.interval_s
+        if self.due <= loop.time():
+            self.due = loop.time()
+            super().send()
+        else:
+            loop.call_at(self.due, super().send)
+
+
+async def paced(port: int, connections: int, rate: float, seconds: float) -> Stats:
+    """`rate` requests/s in all over `connections`, for `seconds`."""
+    loop = asyncio.get_running_loop()
+    stats = Stats()
+    req = request_bytes(port)
+    interval = connections / rate
+    conns = [
+        await loop.create_connection(
+            lambda i=i: PacedConn(req, stats, interval, interval * i / connections),
+            "127.0.0.1",
+            port,
+        )
+        for i in range(connections)
+    ]
+    await asyncio.sleep(seconds)
+    stats.stop = True
+    await asyncio.sleep(0.2)
+    for transport, _ in conns:
+        transport.close()
+    return stats
 
 
 class Scraper:
@@ -116,23 +180,35 @@ class Run:
     scrapes: int
 
 
-def one_run(tmp: Path, name: str, backend: int, sink: int, seconds: float, conns: int) -> Run:
+def one_run(tmp: Path, name: str, backend: int, sink: int, a: argparse.Namespace) -> Run:
     port = free_port()
     args, metrics = gateway_args(tmp, name, port, backend, sink)
     spans0 = sink_spans(sink)
-    proc = start(args, 0)
+    log = tmp / f"{Path(args[-1]).stem}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(["taskset", "-c", "0", *args], stdout=out, stderr=subprocess.STDOUT)
+
+    def load(seconds: float) -> Stats:
+        if a.rate > 0:
+            return asyncio.run(paced(port, a.connections, a.rate, seconds))
+        return asyncio.run(drive(port, a.connections, seconds))
+
     try:
-        wait_port(port)
+        try:
+            wait_port(port)
+        except RuntimeError:
+            tail = log.read_text(errors="replace").splitlines()[-20:]
+            raise RuntimeError(f"{name} did not start:\n" + "\n".join(tail)) from None
         time.sleep(1.5)  # the first signals poll and probe round
-        warm = asyncio.run(drive(port, conns, 1.0))  # warm-up: pools, caches
+        warm = load(1.0)  # warm-up: pools, caches
         cpu0 = tree_cpu(proc.pid)
         t0 = time.perf_counter()
         if metrics:
             with Scraper(metrics) as scraper:
-                stats = asyncio.run(drive(port, conns, seconds))
+                stats = load(a.seconds)
             scrapes = scraper.scrapes
         else:
-            stats = asyncio.run(drive(port, conns, seconds))
+            stats = load(a.seconds)
             scrapes = 0
         elapsed = time.perf_counter() - t0 - 0.2
         cpu = tree_cpu(proc.pid) - cpu0
@@ -148,7 +224,8 @@ def med(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
 
-def processes(names: tuple[str, ...], rounds: int, seconds: float, conns: int) -> None:
+def processes(names: tuple[str, ...], a: argparse.Namespace) -> None:
+    rounds = a.rounds
     res: dict[str, list[Run]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -164,7 +241,7 @@ def processes(names: tuple[str, ...], rounds: int, seconds: float, conns: int) -
                 # Each round starts one later in the list, so a machine that slows down
                 # (or warms up) during a round does not always hit the same gateway.
                 for name in names[r % len(names) :] + names[: r % len(names)]:
-                    run = one_run(tmp, name, backend, sink, seconds, conns)
+                    run = one_run(tmp, name, backend, sink, a)
                     res[name].append(run)
                     extra = "" if run.spans_per_request is None else (
                         f"  spans/req {run.spans_per_request:.2f}"
@@ -177,7 +254,11 @@ def processes(names: tuple[str, ...], rounds: int, seconds: float, conns: int) -
         finally:
             for proc in procs:
                 stop(proc)
-    print(f"\ngateway processes: medians over {rounds} rounds of {seconds:g} s, {conns} conns")
+    load = f"{a.rate:g} requests/s" if a.rate > 0 else "closed loop"
+    print(
+        f"\ngateway processes: medians over {rounds} rounds of {a.seconds:g} s, {load}"
+        f" on {a.connections} connections"
+    )
     off = res["off"]
     for name in names:
         runs = res[name]
@@ -262,7 +343,13 @@ def micro(n: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=500.0,
+        help="requests/s offered to every gateway alike; 0: closed loop (as fast as it goes)",
+    )
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--n", type=int, default=40_000, help="calls in the micro section")
     ap.add_argument(
@@ -279,7 +366,7 @@ def main() -> None:
     unknown = set(names) - set(NAMES)
     if unknown or "off" not in names:
         sys.exit(f"--only: names from {', '.join(NAMES)}, with off (the ratios' base)")
-    processes(names, a.rounds, a.seconds, a.connections)
+    processes(names, a)
     micro(a.n)
 
 
