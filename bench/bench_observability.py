@@ -13,13 +13,14 @@ a slow phase of a shared machine hits all of them alike:
                         which decodes them and counts the spans it got)
     metrics+tracing 1%  the same with `tracing.sample_ratio: 0.01`
 
-Every gateway is offered the same load, `--rate` requests/s over C keep-alive
-connections (default 500/s, which each of them serves on a shared core; `--rate 0`:
-closed loop, as fast as each goes). Measured: requests/s served and CPU per request (the
-process tree's user + system time over the run, all threads: the OTLP export thread
-too), medians over the rounds, and each one's ratio to `off` in the same round. At an
-equal rate the CPU per request compares like with like; in a closed loop a gateway
-that answers slower also batches less, which moves its CPU per request too. The spans
+Load: C keep-alive connections in a closed loop (as fast as each gateway goes, as in
+bench_proxy.py), or with `--rate R` R requests/s offered to every gateway alike.
+Measured: requests/s served and CPU per request (the process tree's user + system time
+over the run, all threads: the OTLP export thread too), medians over the rounds, and
+each one's ratio to `off` in the same round. In a closed loop a gateway that answers
+slower also batches less, which moves its CPU per request a little; at a set rate that
+confound is gone, but a low rate's CPU per request (wake-ups, the once-a-second work
+spread over fewer requests) varies far more on a shared machine. The spans
 received per request show the exporter kept up (2 per traced request: the route span
 and its attempt); fewer would mean spans were dropped and the cost understated.
 
@@ -28,7 +29,7 @@ latency histograms) cannot be turned off, since /grid/status and the dashboard r
 So the micro section times, in this process, what one routed request calls on them
 and on the tracer, next to the routing decision itself (`decide`, three sites).
 
-    .venv/bin/python bench/bench_observability.py [--rounds 3] [--seconds 2] [--rate 500]
+    .venv/bin/python bench/bench_observability.py [--rounds 3] [--seconds 3] [--rate R]
     .venv/bin/python bench/bench_observability.py --only off,metrics+tracing   # a subset
 """
 
@@ -343,12 +344,12 @@ def micro(n: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument(
         "--rate",
         type=float,
-        default=500.0,
-        help="requests/s offered to every gateway alike; 0: closed loop (as fast as it goes)",
+        default=0.0,
+        help="requests/s offered to every gateway alike; 0 (default): closed loop",
     )
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--n", type=int, default=40_000, help="calls in the micro section")
