@@ -1,11 +1,13 @@
 """deploy/grafana/gridroute.json is a loadable Grafana dashboard with the panels the
-issue names; tests/e2e/test_prometheus_grid.py runs every one of its queries live."""
+issue names; tests/e2e/test_prometheus_grid.py runs every one of its queries live (the
+"Signals over NATS" row: tests/e2e/test_prometheus_nats.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from tests.prometheus_grid import NATS_ROW, dashboard_queries
 from tests.promql_selectors import selectors
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "gridroute.json"
@@ -51,6 +53,19 @@ def test_the_dashboard_reads_share_rho_ceilings_decisions_shedding_polls_and_lat
         "grid_provider_scrape_total",
     ):
         assert name in read, name
+
+
+def test_the_nats_row_reads_publishes_bytes_and_the_gateways_nats_reads() -> None:
+    nats = [q for q in dashboard_queries() if q.row == NATS_ROW]
+    read = {sel for q in nats for sel in selectors(q.expr)}
+    assert read == {
+        "grid_signals_published_total",
+        "grid_signals_published_bytes_total",
+        'grid_signals_poll_total{target="nats"}',
+    }
+    # The mesh panels read nothing only a NATS grid exports (the mesh e2e test runs them).
+    mesh = {sel for q in dashboard_queries() if q.row != NATS_ROW for sel in selectors(q.expr)}
+    assert not {s for s in mesh if "published" in s or 'target="nats"' in s}
 
 
 def test_selectors_skip_functions_grouping_and_ranges() -> None:

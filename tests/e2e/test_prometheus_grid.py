@@ -1,7 +1,9 @@
 """The local grid scraped by a real Prometheus with gridroute's own deploy/prometheus
 config and rules.
 
-* After traffic, a shed and a partition, every PromQL expression of the Grafana
+* Under capacity, one site's backend answers 503: the gateway retries those requests
+  on the sites with room and they are answered there (retries counted, no 5xx). Then,
+  past capacity, a shed and a partition: every PromQL expression of the Grafana
   dashboard and of the recording rules returns data, every selector an alert reads has
   data, every rule evaluates without error, and the partitioned site's silence alert
   goes pending. A metric renamed in the code breaks this test, not a panel in production.
@@ -16,9 +18,8 @@ config and rules.
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +29,13 @@ import yaml
 from gridroute.grid.launcher import LocalGrid, http_json
 from gridroute.grid.layout import Addresses, GridSpec, LocalSite, gateway_config
 from gridroute.load.background import BackgroundLoad
+from tests.prometheus_grid import DEPLOY, NATS_ROW, dashboard_queries, prometheus_config, until
 from tests.prometheus_package import PrometheusBinaries
 from tests.prometheus_server import RunningPrometheus
 from tests.promql_selectors import selectors
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # a first apt-get install
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy" / "prometheus"
-DASHBOARD = ROOT / "deploy" / "grafana" / "gridroute.json"
-RATE_INTERVAL = "5s"
-"""What Grafana's `$__rate_interval` stands for here: a few 1 s scrapes."""
 SPEC = GridSpec(
     sites=(LocalSite("hub", 6), LocalSite("west", 6), LocalSite("east", 4)),
     service_s=0.2,
@@ -47,44 +44,9 @@ SPEC = GridSpec(
 )
 CLIENTS = 24
 """More clients than the grid's 16 slots, so the model is shed part of the time."""
+LIGHT_CLIENTS = 6
+"""Fewer clients than the slots left when any one site fails, so a retry finds room."""
 DATA_TIMEOUT_S = 30.0
-
-
-def prometheus_config(grid: LocalGrid, out: Path) -> Path:
-    """deploy/prometheus copied to `out`, pointed at the grid, scraping every second.
-
-    Only the global intervals and the file_sd target files change; the jobs, TLS
-    settings and rule files are the shipped ones."""
-    shutil.copytree(DEPLOY, out)
-    certs = out / "certs"
-    certs.mkdir()
-    shutil.copy(grid.certs / "ca.crt", certs / "ca.crt")
-    shutil.copy(grid.certs / "hub" / "client.crt", certs / "prometheus.crt")
-    shutil.copy(grid.certs / "hub" / "client.key", certs / "prometheus.key")
-    config = yaml.safe_load((out / "prometheus.yml").read_text())
-    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    (out / "prometheus.yml").write_text(yaml.safe_dump(config))
-    gateways = [
-        {"targets": [url.removeprefix("http://")], "labels": {"grid_site": site}}
-        for url, site in zip(grid.gateway_metrics_urls, SPEC.gateway_sites, strict=True)
-    ]
-    operators = [
-        {"targets": [url.removeprefix("https://")], "labels": {"grid_site": site}}
-        for site, url in grid.operator_urls.items()
-    ]
-    (out / "targets" / "gateways.json").write_text(json.dumps(gateways))
-    (out / "targets" / "operators.json").write_text(json.dumps(operators))
-    return out / "prometheus.yml"
-
-
-def dashboard_exprs() -> list[tuple[str, str]]:
-    """(panel title, expression) of every query in the dashboard."""
-    dash = json.loads(DASHBOARD.read_text())
-    return [
-        (p["title"], t["expr"].replace("$__rate_interval", RATE_INTERVAL))
-        for p in dash["panels"]
-        for t in p.get("targets", [])
-    ]
 
 
 def rules() -> list[dict[str, Any]]:
@@ -95,20 +57,12 @@ def rules() -> list[dict[str, Any]]:
     return out
 
 
-NEEDS_ROOM = {"Retries by site and reason"}
-"""Panels this grid cannot feed: past capacity (the shed is part of the test) a
-request refused by the partitioned site finds no other site with room, so the request
-flow relays the refusal instead of retrying it. Known gap (issue 15 stays open): the
-test needs a partition under capacity for these panels."""
-
-
 def checks() -> dict[str, str]:
     """What must return at least one series -> where it comes from."""
     want: dict[str, str] = {}
-    for title, expr in dashboard_exprs():
-        if title in NEEDS_ROOM:
-            continue
-        want[expr] = f"dashboard panel {title!r}"
+    for q in dashboard_queries():
+        if q.row != NATS_ROW:  # tests/e2e/test_prometheus_nats.py runs those
+            want[q.expr] = f"dashboard panel {q.title!r}"
     for rule in rules():
         if "record" in rule:
             want[rule["record"]] = f"recording rule {rule['record']}"
@@ -118,15 +72,6 @@ def checks() -> dict[str, str]:
     return want
 
 
-def _until(ok: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not ok():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
-
-
 class Stack:
     """The grid under load, and the Prometheus scraping it."""
 
@@ -134,6 +79,22 @@ class Stack:
         self.grid = grid
         self.prom = prom
         self.workdir = workdir
+        self._load: BackgroundLoad | None = None
+
+    def drive(self, clients: int) -> None:
+        """From now on, `clients` closed-loop clients (replacing the ones before)."""
+        self.stop_load()
+        self._load = BackgroundLoad(self.grid.gateway_url, SPEC.model, clients).start()
+
+    def stop_load(self) -> None:
+        if self._load is not None:
+            self._load.stop()
+            self._load = None
+
+    def value(self, expr: str) -> float:
+        """The one value of `expr` (0 when it has no series)."""
+        got = self.prom.query(expr)
+        return float(got[0]["value"][1]) if got else 0.0
 
 
 @pytest.fixture(scope="module")
@@ -141,15 +102,17 @@ def stack(
     prometheus_binaries: PrometheusBinaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("prometheus-grid")
-    with (
-        LocalGrid(SPEC, workdir=tmp / "grid") as grid,
-        BackgroundLoad(grid.gateway_url, SPEC.model, CLIENTS),
-    ):
-        config = prometheus_config(grid, tmp / "prometheus")
+    with LocalGrid(SPEC, workdir=tmp / "grid") as grid:
+        config = prometheus_config(grid, SPEC.gateway_sites, tmp / "prometheus")
         with RunningPrometheus(prometheus_binaries, config, tmp / "prom-run") as prom:
-            up = lambda: len(prom.query("up == 1")) == 1 + 2 * len(SPEC.sites)  # noqa: E731
-            assert _until(up, DATA_TIMEOUT_S), prom.query("up")
-            yield Stack(grid, prom, tmp)
+            stack = Stack(grid, prom, tmp)
+            stack.drive(LIGHT_CLIENTS)
+            try:
+                up = lambda: len(prom.query("up == 1")) == 1 + 2 * len(SPEC.sites)  # noqa: E731
+                assert until(up, DATA_TIMEOUT_S), prom.query("up")
+                yield stack
+            finally:
+                stack.stop_load()
 
 
 def _prometheus_fed_gateway(stack: Stack) -> str:
@@ -187,7 +150,7 @@ def test_a_gateway_reads_site_load_from_prometheus(stack: Stack) -> None:
             s["live"] == "live" and s["measured"] and s["capacity"] for s in r.values()
         )
 
-    assert _until(all_live, DATA_TIMEOUT_S), rows()
+    assert until(all_live, DATA_TIMEOUT_S), rows()
     status = http_json(url + "/grid/status")
     assert status["poll"]["result"] == "ok"
     assert {r["site"]: r["capacity"] for r in status["sites"]} == {
@@ -197,11 +160,11 @@ def test_a_gateway_reads_site_load_from_prometheus(stack: Stack) -> None:
     grid.partition("east", drain_s=0.5)
     try:
         east_silent = lambda: rows().get("east", {}).get("live") == "silent"  # noqa: E731
-        assert _until(east_silent, DATA_TIMEOUT_S), rows()
+        assert until(east_silent, DATA_TIMEOUT_S), rows()
         assert rows()["hub"]["live"] == "live"
     finally:
         grid.restore("east")
-    assert _until(lambda: rows().get("east", {}).get("live") != "silent", DATA_TIMEOUT_S)
+    assert until(lambda: rows().get("east", {}).get("live") != "silent", DATA_TIMEOUT_S)
 
 
 def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
@@ -210,7 +173,29 @@ def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
     want = checks()
     assert len(want) > 20
     grid, prom = stack.grid, stack.prom
-    grid.partition("east", drain_s=0.5)  # retries, silent decisions, failing polls
+
+    # Under capacity, west's backend answers 503 (its signals stay fresh): each such
+    # request is retried on a site with room and answered there, so retries are counted
+    # and no 5xx reaches a client.
+    stack.drive(LIGHT_CLIENTS)
+    five_xx = 'sum(grid_route_request_duration_seconds_count{status="5xx"})'
+    west_retries = 'sum(grid_route_retries_total{site="west",reason="status_503"})'
+    time.sleep(2.0)  # two scrapes: what came before is in Prometheus
+    errors_before, retries_before = stack.value(five_xx), stack.value(west_retries)
+    http_json(grid.backend_urls["west"] + "/admin/fail", {"status": 503})
+    try:
+        retried = lambda: stack.value(west_retries) >= retries_before + 3  # noqa: E731
+        assert until(retried, DATA_TIMEOUT_S), prom.query("grid_route_retries_total")
+    finally:
+        http_json(grid.backend_urls["west"] + "/admin/recover", {})
+    time.sleep(2.0)
+    assert stack.value(five_xx) == errors_before, prom.query(
+        "grid_route_request_duration_seconds_count"
+    )
+
+    # Past capacity (a shed), then a partition: silent decisions, failing polls.
+    stack.drive(CLIENTS)
+    grid.partition("east", drain_s=0.5)
 
     missing: dict[str, str] = dict(want)
 
@@ -220,7 +205,7 @@ def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
                 del missing[expr]
         return not missing
 
-    _until(all_have_data, DATA_TIMEOUT_S)
+    until(all_have_data, DATA_TIMEOUT_S)
     assert missing == {}, f"no series for: {json.dumps(missing, indent=1)}"
 
     # Every rule evaluates cleanly (a type error in a rule shows only here).
@@ -236,7 +221,7 @@ def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
 
     # The partitioned site's silence is seen by the alert (pending: `for` is 30 s).
     silent = 'ALERTS{alertname="GridSiteSilent",site="east"}'
-    assert _until(lambda: bool(prom.query(silent)), DATA_TIMEOUT_S), prom.query(
+    assert until(lambda: bool(prom.query(silent)), DATA_TIMEOUT_S), prom.query(
         "grid_route_site_silent_seconds"
     )
     assert not prom.query('ALERTS{alertname="GridSiteSilent",site="hub"}')

@@ -147,3 +147,51 @@ def test_routed_retried_and_refused_requests_export_their_span_trees() -> None:
         assert "b:unready" in root["attrs"]["grid.refused"]
 
     run(scenario)
+
+
+def _traced(sample_ratio: float, requests: int) -> Receiver:
+    """`requests` routed requests through a gateway tracing with `sample_ratio`; what
+    its OTLP receiver got (after a flush)."""
+    receiver = Receiver()
+
+    async def scenario() -> None:
+        async with serve(receiver.app()) as otlp:
+            b = FakeServerConfig(models=[MODEL], name="b", service_s=0.0, tokens=2)
+            tracing = {"otlp_endpoint": otlp + "/v1/traces", "sample_ratio": sample_ratio}
+            async with running_grid({"b": b}, tracing=tracing) as g:
+                g.feed({"b": (0.0, 0.0, 10.0)})
+                client = g.client()
+                for _ in range(requests):
+                    await client.chat.completions.create(model=MODEL, messages=CHAT)
+                assert g.gw.tracer is not None
+                await asyncio.to_thread(g.gw.tracer.provider.force_flush)
+
+    run(scenario)
+    return receiver
+
+
+def test_a_sample_ratio_traces_that_share_of_requests_each_with_its_whole_tree() -> None:
+    receiver = _traced(0.5, 100)
+    trees = receiver.trees()  # asserts every child hangs off its own root
+    # Binomial(100, 0.5): 50 +- 5 (sd); 20..80 is 6 sd either side.
+    assert 20 <= len(trees) <= 80, len(trees)
+    assert all(len(kids) == 1 for _, kids in trees)  # no root without its attempt
+    assert len(receiver.spans) == 2 * len(trees)
+
+
+def test_sample_ratio_zero_serves_every_request_and_exports_nothing() -> None:
+    receiver = _traced(0.0, 20)
+    assert receiver.spans == []
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.5])
+def test_a_sample_ratio_outside_0_to_1_is_refused_naming_the_field(ratio: float) -> None:
+    from gridroute.config import ConfigError
+    from gridroute.gateway.config import parse_config
+
+    yaml_text = (
+        "sites: [{name: b, backend_url: 'http://127.0.0.1:1'}]\nmodels: [{name: m}]\n"
+        f"tracing: {{otlp_endpoint: 'http://127.0.0.1:4318/v1/traces', sample_ratio: {ratio}}}\n"
+    )
+    with pytest.raises(ConfigError, match=r"tracing\.sample_ratio"):
+        parse_config(yaml_text)

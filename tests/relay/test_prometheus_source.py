@@ -1,5 +1,6 @@
 """`PrometheusSource` against a stand-in query API on loopback: how each kind of failure
-ends a poll, and that a good answer becomes samples with judgement times. (The real
+ends a poll, that a good answer becomes samples with judgement times, and that a lying
+value is clamped exactly as the /signals decoder clamps it. (The real
 Prometheus path is tests/e2e/test_prometheus_grid.py.)"""
 
 from __future__ import annotations
@@ -14,13 +15,21 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gridroute.config import ConfigError
+from gridroute.core.sample import Sample
 from gridroute.gateway.config import parse_config
 from gridroute.operator.config import parse_config as parse_operator_config
 from gridroute.relay.poller import PollMetrics, PollResult
 from gridroute.relay.prometheus_link import PrometheusLink
 from gridroute.relay.prometheus_source import TARGET, PrometheusSource
+from gridroute.wire.signals import FIELDS, decode_relay, encode_relay
 from tests.gateway.backends import serve
 from tests.gateway.harness import run
+
+GOOD_SERIES = (
+    ("llm_d_epp_average_running_requests", "3"),
+    ("llm_d_epp_average_queue_size", "0"),
+    ("llm_d_epp_ready_endpoints", "2"),
+)
 
 
 def _api(behaviour: dict[str, Any]) -> web.Application:
@@ -46,11 +55,7 @@ def _api(behaviour: dict[str, Any]) -> web.Application:
                     "metric": {"__name__": name, "grid_site": "hub", "grid_provider": "p"},
                     "values": [[now - 0.2, value]],
                 }
-                for name, value in (
-                    ("llm_d_epp_average_running_requests", "3"),
-                    ("llm_d_epp_average_queue_size", "0"),
-                    ("llm_d_epp_ready_endpoints", "2"),
-                )
+                for name, value in behaviour.get("series", GOOD_SERIES)
             ]
         body = {"status": "success", "data": {"resultType": kind, "result": result}}
         return web.Response(body=json.dumps(body).encode(), content_type="application/json")
@@ -98,6 +103,47 @@ def test_each_failure_has_its_result_and_a_good_answer_is_read() -> None:
         }  # fmt: skip
 
     run(scenario)
+
+
+def test_a_lying_peer_read_through_prometheus_is_clamped_as_on_the_signals_path() -> None:
+    # A peer claims absurd load; Prometheus scraped its /signals rows as they were. The
+    # gateway reading them back through the query API gets the same clamped sample the
+    # operator's /signals decoder would have made of those rows.
+    lie = Sample(
+        site="hub", provider="p", at=time.time(), running=1e12, waiting=-3.0, ready=2.0,
+        held=0.0, kv_usage=7.0, max_running=5e9, generation=1,
+    )  # fmt: skip
+    series = tuple(
+        (name, str(getattr(lie, attr))) for attr, name in FIELDS if getattr(lie, attr) is not None
+    )
+    body = encode_relay([[lie]], {}, local_site="hub").body
+    (via_signals,) = decode_relay(body, date=lie.at, offset=0.0).received
+
+    got_samples: list[Sample] = []
+
+    async def scenario() -> None:
+        async with serve(_api({"mode": "ok", "series": series})) as url:
+            src = PrometheusSource(
+                PrometheusLink(url=url, timeout_s=0.5), ["hub"], PollMetrics(CollectorRegistry())
+            )
+            try:
+                got = await src.poll()
+            finally:
+                await src.close()
+        assert got.result is PollResult.OK, got.error
+        assert got.decoded is not None
+        got_samples.extend(got.decoded.samples)
+
+    run(scenario)
+    (via_prometheus,) = got_samples
+    assert (via_prometheus.running, via_prometheus.waiting, via_prometheus.max_running) == (
+        None, 0.0, None,
+    )  # fmt: skip
+    assert via_prometheus.kv_usage == 1.0
+    fields = [attr for attr, _ in FIELDS]
+    assert [getattr(via_prometheus, a) for a in fields] == [
+        getattr(via_signals.sample, a) for a in fields
+    ]
 
 
 def test_nothing_listening_is_unreachable() -> None:

@@ -80,6 +80,23 @@ def test_rows_are_dropped_by_reason_and_bounded() -> None:
         decode_samples(answer, ["hub"], NOW, max_series=5)
 
 
+def test_a_lying_value_read_through_prometheus_is_clamped_as_on_the_signals_path() -> None:
+    # A peer that lies (a huge count, a negative one, a KV ratio over 1) and is scraped by
+    # Prometheus gets the same treatment as on /signals: absent, 0, and 1.
+    answer = _matrix(
+        _series("llm_d_epp_average_running_requests", "hub", "p", [(NOW - 1, "1e12")]),
+        _series("llm_d_epp_average_queue_size", "hub", "p", [(NOW - 1, "-3")]),
+        _series("llm_d_epp_ready_endpoints", "hub", "p", [(NOW - 1, "2")]),
+        _series("grid_provider_max_running", "hub", "p", [(NOW - 1, "5e9")]),
+        _series("llm_d_epp_average_kv_cache_utilization", "hub", "p", [(NOW - 1, "7")]),
+    )
+    (row,) = decode_samples(answer, ["hub"], NOW, max_series=100).received
+    s = row.sample
+    assert (s.running, s.waiting, s.ready, s.max_running) == (None, 0.0, 2.0, None)
+    assert s.kv_usage == 1.0
+    assert s.capacity is None  # no ceiling can be learned from the lie
+
+
 @pytest.mark.parametrize(
     "answer",
     [

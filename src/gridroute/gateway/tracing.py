@@ -8,6 +8,8 @@
                                    grid.retry.reason, http.response.status_code)
 
 A request refused by the gateway itself (429 shed, 503 no site) has the root span only.
+With `tracing.sample_ratio` below 1 the root span's sampler decides per trace id; a
+request not sampled gets non-recording spans and skips setting their attributes.
 Off unless `tracing.otlp_endpoint` is set (or a tracer is injected, as tests do with
 the SDK's in-memory exporter). The `opentelemetry` packages come with the `tracing`
 extra and are imported only when tracing is on, so the request path costs one
@@ -27,8 +29,9 @@ class RequestTracer:
     (when this module made it) is flushed and shut down with the gateway."""
 
     def __init__(self, tracer: Any, provider: Any = None) -> None:
-        from opentelemetry.trace import SpanKind, set_span_in_context
+        from opentelemetry.trace import INVALID_SPAN, SpanKind, set_span_in_context
 
+        self._unsampled = INVALID_SPAN
         self._tracer = tracer
         self._kind = SpanKind.SERVER
         self._client = SpanKind.CLIENT
@@ -37,6 +40,8 @@ class RequestTracer:
 
     def attempt(self, parent: Any, d: Decision, n: int) -> Any:
         """A child span for attempt `n` (1-based) on the decision's site."""
+        if not parent.is_recording():  # not sampled: the child would not be either
+            return self._unsampled
         view = d.view
         return self._tracer.start_span(
             "gridroute.attempt",
@@ -53,6 +58,8 @@ class RequestTracer:
     def attempt_end(self, span: Any, status: int | None, retry_reason: str | None) -> None:
         """Close an attempt: answered with `status`, retried for `retry_reason`, or
         failed (neither: the client left or the gateway answered 502/504 itself)."""
+        if not span.is_recording():
+            return
         if retry_reason is not None:
             span.set_attribute("grid.attempt.outcome", "retried")
             span.set_attribute("grid.retry.reason", retry_reason)
@@ -81,6 +88,9 @@ class RequestTracer:
 
     def end(self, span: Any, d: Decision | None, site: str, attempts: int, status: int) -> None:
         """Close the span; `d` is None when the client left while the request was held."""
+        if not span.is_recording():
+            span.end()
+            return
         if d is not None:
             span.set_attribute("grid.outcome", d.outcome.value)
             span.set_attribute("grid.path", d.path.value)
@@ -107,11 +117,15 @@ def make_tracer(cfg: TracingConfig) -> RequestTracer | None:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     except ImportError as exc:  # pragma: no cover - depends on the installed extra
         raise RuntimeError(
             "tracing.otlp_endpoint is set but the tracing extra is not installed: "
             "pip install 'gridroute[tracing]'"
         ) from exc
-    provider = TracerProvider(resource=Resource.create({"service.name": cfg.service_name}))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": cfg.service_name}),
+        sampler=ParentBased(TraceIdRatioBased(cfg.sample_ratio)),
+    )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=cfg.otlp_endpoint)))
     return RequestTracer(provider.get_tracer("gridroute.gateway"), provider)

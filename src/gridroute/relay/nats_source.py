@@ -176,6 +176,10 @@ class NatsSignalsSource:
         started = self._clock()
         try:
             nc = await self._connect()
+            # While the client reconnects, nats-py's flush returns at once without a
+            # PING/PONG (its read loop is down), so it proves nothing: ask first.
+            if not nc.is_connected:
+                raise ConnectionError("disconnected from the server (reconnecting)")
             await nc.flush(timeout=self.link.flush_timeout_s)
         except Exception as exc:  # every client failure is one result: unreachable
             outcome = PollOutcome(

@@ -21,7 +21,8 @@ the silence judgement instead of silencing every site.
 
 Bounds are the relay's: at most `max_series` series per answer (else `too_large`), at
 most `max_providers` providers per site (the rest dropped as `cap`), values and names
-checked as strictly as `decode_relay` does (`parse`), rows stamped ahead of the
+checked as strictly as `decode_relay` does (`parse`), implausible counts made
+plausible (`Sample.sanitized`, as on the `/signals` path), rows stamped ahead of the
 reader's clock by more than `SKEW_AHEAD_S` dropped (`skew`). Clocks: the stamps are the
 operators' clocks, as Prometheus stores them; like Prometheus itself with honoured
 timestamps, this path assumes the fleet's clocks are synchronised.
@@ -184,7 +185,9 @@ def decode_samples(
             continue
         stamp_ms = max(stamps)
         fields = stamps[stamp_ms]
-        sample = sample_of(site, provider, stamp_ms / 1000.0, fields)
+        # Clamped as the /signals decoder clamps: a lying peer's value that reached
+        # Prometheus must not teach a huge ceiling on this path either.
+        sample = sample_of(site, provider, stamp_ms / 1000.0, fields).sanitized()
         received.append(Received(stamp_ms=stamp_ms, sample=sample))
     return Decoded(
         received=tuple(received),
