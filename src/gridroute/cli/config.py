@@ -1,9 +1,11 @@
 """`gridroute config check FILE` and `gridroute config schema [KIND]`, for every kind.
 
-`check` recognises what a file is (gateway, operator or scenario) from its top-level
-keys, validates it with that kind's model through the one loader in
-`gridroute.config`, and checks that every file it names exists and is readable, so a
-process started later does not die on the first missing certificate. It lives above
+`check` recognises what a file is (gateway, operator, scenario, control or a routing
+overlay) from its top-level keys, validates it with that kind's model through the one
+loader in `gridroute.config`, and checks that every file it names exists and is
+readable, so a process started later does not die on the first missing certificate.
+An overlay (JSON or YAML) is checked as a gateway would check it on reload, less the
+gateway's own backends (`gridroute overlay check FILE --gateway CONFIG` adds those). It lives above
 the process packages because it knows every kind of file they read.
 """
 
@@ -104,11 +106,48 @@ def _control_summary(loaded: Any) -> str:
     return f"control config, {len(loaded.services)} services"
 
 
+def _overlay_model() -> type[BaseModel]:
+    from gridroute.wire.overlay import Overlay
+
+    return Overlay
+
+
+def _overlay_load(path: Path) -> Any:
+    from gridroute.config import read_text
+    from gridroute.wire.overlay import parse_overlay
+
+    return parse_overlay(read_text(path), str(path))
+
+
+def _overlay_summary(overlay: Any) -> str:
+    from gridroute.wire.overlay import digest
+
+    models = "; ".join(
+        f"{cap.model}: picker {cap.picker.value}, "
+        f"{len({c.selection_group for c in cap.candidates})} groups"
+        for cap in overlay.models
+    )
+    return (
+        f"routing overlay, revision {overlay.revision}, digest {digest(overlay)[:12]}, "
+        f"{len(overlay.models)} models{': ' + models if models else ''}"
+    )
+
+
+def _overlay_shaped(data: dict[str, Any]) -> bool:
+    """An overlay and a gateway config both have `models`: an overlay's entries name a
+    `model` (and its `candidates`), a gateway's a `name`."""
+    models = data.get("models")
+    if not isinstance(models, list) or not models:
+        return False
+    return all(isinstance(m, dict) and "model" in m and "name" not in m for m in models)
+
+
 KINDS: dict[str, Kind] = {
     "gateway": Kind("gateway", _gateway_model, _gateway_load, _gateway_summary),
     "operator": Kind("operator", _operator_model, _operator_load, _operator_summary),
     "scenario": Kind("scenario", _scenario_model, _scenario_load, _scenario_summary),
     "control": Kind("control", _control_model, _control_load, _control_summary),
+    "overlay": Kind("overlay", _overlay_model, _overlay_load, _overlay_summary),
 }
 
 
@@ -125,8 +164,10 @@ def detect(data: dict[str, Any]) -> str | None:
     """The kind whose model knows the most of the file's top-level keys (None: no match).
 
     Ties go to the kind with fewer unknown keys; a file whose keys no kind knows is
-    not guessed at.
+    not guessed at. `models` entries that name a `model` make it an overlay.
     """
+    if _overlay_shaped(data):  # even with a mistyped top-level key: say what is wrong there
+        return "overlay"
     best: tuple[int, int, str] | None = None
     for name, kind in KINDS.items():
         known = _keys(kind.model())
@@ -139,10 +180,13 @@ def detect(data: dict[str, Any]) -> str | None:
 
 @app.command("check")
 def check(
-    file: Annotated[Path, typer.Argument(help="A gateway, operator or scenario YAML file.")],
+    file: Annotated[
+        Path,
+        typer.Argument(help="A gateway, operator, scenario, control or overlay file."),
+    ],
     kind: Annotated[
         str | None,
-        typer.Option(help="gateway, operator or scenario (default: recognised from the keys)."),
+        typer.Option(help=f"{', '.join(KINDS)} (default: recognised from the keys)."),
     ] = None,
 ) -> None:
     """Validate a config file of any kind; name the field of every error (exit status 2)."""
@@ -153,8 +197,7 @@ def check(
                 raise ConfigError.one(
                     str(file),
                     "(top level)",
-                    "not a gateway, operator or scenario file (no known keys); "
-                    "pass --kind to say which",
+                    f"not a {', '.join(KINDS)} file (no known keys); pass --kind to say which",
                 )
         if kind not in KINDS:
             typer.echo(f"--kind: one of {', '.join(KINDS)}, got {kind!r}", err=True)
@@ -168,7 +211,7 @@ def check(
 
 @app.command("schema")
 def schema(
-    kind: Annotated[str, typer.Argument(help="gateway, operator, scenario, control.")] = "gateway",
+    kind: Annotated[str, typer.Argument(help=", ".join(KINDS) + ".")] = "gateway",
 ) -> None:
     """Print the JSON Schema of one kind of config file."""
     if kind not in KINDS:

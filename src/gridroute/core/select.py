@@ -69,6 +69,9 @@ class Path(StrEnum):
     BORROW = "borrow"
     """gridroute: this gateway's fair share is used up, the site has room by the estimate."""
     FIRST = "first"
+    OVERLAY = "overlay"
+    """The routing overlay's best viable group and its picker chose
+    (`core/overlay_request.py`; which group and step: grid_route_overlay_picks_total)."""
     FALLBACK = "fallback"
     LAST_RESORT = "last_resort"
     SHED = "shed"
