@@ -131,3 +131,13 @@ def test_the_routed_path_under_external_load_is_the_seed_arm() -> None:
         snap = _refresh(g, float(t), _report(g))
     d = decide(snap, MODEL, Random(3), Policy.GRIDROUTE, g.own.counts)
     assert d.path is Path.PRESSURE_P2C
+
+
+def test_on_an_idle_grid_the_gateways_that_report_split_the_room() -> None:
+    """Nothing in flight anywhere measures no share; each of several reporting gateways
+    reading that as share 1 at once overfilled the grid at a cold start past capacity."""
+    g = Grid([Site("a", running=0, max_running=80), Site("b", running=0, max_running=40)])
+    snap = _refresh(g, 1.0, _report(g, {}, gateways=8))
+    assert [v.budget for v in snap.views] == pytest.approx([10.0, 5.0])
+    alone = Grid([Site("a", running=0, max_running=80)])
+    assert _refresh(alone, 1.0, _report(alone)).views[0].budget == pytest.approx(80.0)

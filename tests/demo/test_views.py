@@ -131,6 +131,26 @@ def test_fault_report_says_when_routing_stopped_and_resumed() -> None:
     )
 
 
+def test_requests_sent_to_the_dead_site_are_what_it_answered_with_its_failure() -> None:
+    # The gateway routed 7 between the read before the cut and the ejection, but the
+    # first 2 left before the failure took effect and were served: the site's own
+    # count of requests it failed is the one reported.
+    live = {"hub": "live", "west": "live", "east": "live"}
+    cut = {**live, "east": "silent"}
+
+    def stats(failed: int) -> dict[str, dict[str, int]]:
+        return {"east": {"slots": 8, "failed_requests": failed}}
+
+    ticks = [
+        tick_of(3.5, _status(live, east_routed=100), {}, stats=stats(0)),
+        tick_of(5.5, _status(cut, east_routed=107), {}, stats=stats(5)),
+        tick_of(5.9, _status(cut, east_routed=108), {}, stats=stats(6)),
+    ]
+    (line,) = fault_report(_records(), ticks, FaultTimes("east", 4.0, None, 100.0))
+    assert "after sending it 5 requests that were retried elsewhere" in line
+    assert line.endswith("and sent it 1 after that")
+
+
 def test_a_demoted_site_counts_as_routed_around() -> None:
     live = {"hub": "live", "west": "live", "east": "live"}
     ticks = [

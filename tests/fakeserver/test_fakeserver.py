@@ -171,6 +171,11 @@ def test_fail_and_recover() -> None:
             assert body["error"]["code"] == "injected_failure"
             async with s.get(srv.url + "/health") as r:
                 assert r.status == 503
+            async with s.get(srv.url + "/v1/models") as r:  # what health probes read
+                assert r.status == 503
+            stats = srv.state.stats()
+            # Every failure counts; only the chat request counts as a request sent to it.
+            assert (stats["failed"], stats["failed_requests"]) == (2, 1)
             await post(s, srv.url + "/admin/recover", {})
             assert (await post(s, srv.url + CHAT))[0] == 200
             async with s.get(srv.url + "/health") as r:

@@ -35,7 +35,9 @@ def test_external_load_with_the_admission_queue(reports: bool) -> None:
         assert row["requests"] >= 0.99 * ideal
         assert min(row["shares"].values()) >= 0.1, row["shares"]
     else:
-        assert row["requests"] < 0.8 * ideal
+        # The 0.05 floor share of 10-20 free slots: budgets of 0.5-1 request, granted
+        # whole only part of the time (rounded per snapshot), so it still holds often.
+        assert row["requests"] < 0.95 * ideal
 
 
 def test_ideal_follows_external_steps() -> None:

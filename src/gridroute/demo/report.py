@@ -125,11 +125,7 @@ def fault_report(result: LoadResult, ticks: Sequence[Tick], fault: FaultTimes) -
             "(the partition was shorter than its freshness window and health checks)"
         )
     else:
-        before = fault.routed_at_cut
-        if before is None:
-            before = _routed(ticks, site, fault.cut_at)
-        noticed = out.sites[site].routed
-        last = cut[-1].sites[site].routed
+        before, noticed, last = _sent_dead(ticks, cut, out, fault)
         lines.append(
             f"{site}: partitioned at {fault.cut_at:.1f} s; the gateway stopped routing to it "
             f"({out.sites[site].state}) {out.t - fault.cut_at:.1f} s later, after sending it "
@@ -156,6 +152,29 @@ def fault_report(result: LoadResult, ticks: Sequence[Tick], fault: FaultTimes) -
     elif fault.restored_at is not None:
         lines.append(f"{site}: restored at {fault.restored_at:.1f} s")
     return lines
+
+
+def _sent_dead(
+    ticks: Sequence[Tick], cut: Sequence[Tick], out: Tick, fault: FaultTimes
+) -> tuple[float, float, float]:
+    """Requests sent to the cut site (before the cut, when noticed, at the last tick of
+    the cut) as counts whose differences are what the report says.
+
+    Where the site's own server counts the requests it answered with its failure, those
+    counts: exactly the requests that reached it dead. The gateway's routed count,
+    read just before the cut, is the fallback: it also counts what the gateway routed
+    between that read and the failure taking effect (served requests, sent before the
+    site died; the final wave-2 demo's 7 included 2 of them)."""
+    site = fault.site
+    counts = [tk.sites[site].failed_requests for tk in (out, cut[-1])]
+    prior = [tk.sites[site] for tk in ticks if tk.t <= fault.cut_at and site in tk.sites]
+    if counts[0] is not None and counts[1] is not None:
+        start = prior[-1].failed_requests if prior else None
+        return float(start or 0), float(counts[0]), float(counts[1])
+    before = fault.routed_at_cut
+    if before is None:
+        before = _routed(ticks, site, fault.cut_at)
+    return before, out.sites[site].routed, cut[-1].sites[site].routed
 
 
 def _routed(ticks: Sequence[Tick], site: str, at: float) -> float:

@@ -244,7 +244,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
 async def models(request: web.Request) -> web.Response:
     st = request.app[STATE]
     if st.fail_status is not None:
-        return st.failure_response()
+        return st.failure_response(model_request=False)
     return web.json_response(shapes.models_list(list(st.engines), int(time.time())))
 
 

@@ -41,6 +41,9 @@ class ServerState:
         self.fail_retry_after_s: int | None = None
         self.failed = 0
         """Requests answered with the injected failure status."""
+        self.failed_requests = 0
+        """Of those, model requests: all but the model list (`GET /v1/models`), which is
+        what health probes read. The demo counts "requests sent to a dead site" here."""
         self.paused = False
         """When set, answers stall until `/admin/recover` (`/admin/pause`)."""
         self.pause_metrics = False
@@ -76,10 +79,13 @@ class ServerState:
         self.metrics_status = None
         self._resume.set()
 
-    def failure_response(self) -> web.Response:
-        """The injected failure, OpenAI-shaped, with `Retry-After` when one was given."""
+    def failure_response(self, model_request: bool = True) -> web.Response:
+        """The injected failure, OpenAI-shaped, with `Retry-After` when one was given.
+        `model_request` is false for the model list (a health probe's read)."""
         status = self.fail_status or 503
         self.failed += 1
+        if model_request:
+            self.failed_requests += 1
         headers = {}
         if self.fail_retry_after_s:
             headers["Retry-After"] = str(self.fail_retry_after_s)
@@ -104,6 +110,7 @@ class ServerState:
             "name": self.cfg.name,
             **totals,
             "failed": self.failed,
+            "failed_requests": self.failed_requests,
             "failing": self.fail_status,
             "paused": self.paused,
             "models": per_model,

@@ -122,7 +122,10 @@ class CurrentGrid:
         self.changes = Changes()
         self.ejections = Ejections(_log_ejection)
         """Candidates this worker set aside after consecutive gateway errors."""
-        self.state = GridState(routing.candidates, settings, routing.models)
+        # Budget rounding draws from its own stream (seeded from `rng`, so a seeded
+        # gateway stays reproducible) and leaves the picks' sequence as it was.
+        rounding = Random(self.rng.random())
+        self.state = GridState(routing.candidates, settings, routing.models, rounding)
         self.health: dict[str, Health] = {}
         self._rounds: dict[str, float | None] = {}
         self.polls = 0

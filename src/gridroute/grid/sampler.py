@@ -48,6 +48,9 @@ class SiteTick:
     """(running + waiting) / slots at the site's model server: the simulator's rho."""
     overshoot: int | None = None
     """Requests that arrived at the site's model server with every slot busy, so far."""
+    failed_requests: int | None = None
+    """Model requests the site's model server answered with an injected failure (a
+    partitioned or failed site), so far: the requests sent to it while it was dead."""
 
     @property
     def state(self) -> str:
@@ -113,7 +116,11 @@ def site_ticks(
 def _server_fields(stats: Mapping[str, Any]) -> dict[str, Any]:
     slots = stats.get("slots") or 0
     busy = (stats.get("running") or 0) + (stats.get("waiting") or 0)
-    return {"load": busy / slots if slots else None, "overshoot": stats.get("overshoot")}
+    return {
+        "load": busy / slots if slots else None,
+        "overshoot": stats.get("overshoot"),
+        "failed_requests": stats.get("failed_requests"),
+    }
 
 
 def tick_of(t: float, status: Mapping[str, Any] | None, served: Mapping[str, int],

@@ -146,7 +146,21 @@ class PeerRounds:
             peer.failures = 0
         else:
             peer.failures += 1
-            peer.skip = backoff_rounds(peer.failures)
+            peer.skip = 0 if self._outlived_round(outcome) else backoff_rounds(peer.failures)
+
+    def _outlived_round(self, outcome: PollOutcome) -> bool:
+        """A failed poll that ran past its round's deadline is backed off no further.
+
+        Backing off spaces out the polls of a failing peer. A poll that hung past the
+        deadline (a frozen or black-holed peer: the connection or the answer never
+        comes) already kept that peer from being polled for every round it spanned
+        (skipped as `in_flight`), so it is its own spacing: one attempt per give-up
+        time. Skipping more rounds after it would only delay the first poll of a peer
+        that has come back, and with it the peer's return by the seed's two new
+        samples, "about two peer polls" (measured in the demo: a partitioned operator
+        first polled up to 4 s after it was thawed, live again after 6 s instead of
+        2 s). Fast failures (refused, unauthorized, a bad answer) are still backed off."""
+        return outcome.ended_at - outcome.started_at > self.deadline_s
 
     async def _poll(self, peer: _Peer) -> PollOutcome:
         outcome = await peer.client.poll()

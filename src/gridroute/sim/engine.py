@@ -148,6 +148,7 @@ class SimRun:
                 self.clock,
                 table,
                 sc.overlay_max_attempts,
+                Random(f"{base}:round:{i}"),
             )
             for i, site in enumerate(sc.placement)
         ]
@@ -203,6 +204,13 @@ class SimRun:
         sc = self.sc
         for i, op in enumerate(self.operators):
             op.scrape(self.sites[i], PRIME_AT)
+        for op in self.operators:
+            op.poll(self._peers(op), self.network, PRIME_AT)
+        for gw in self.gateways:
+            gw.refresh(self.op_by_site[gw.site], PRIME_AT, self.report)
+        # A grid that is up has relayed its gateways' reports: one more round of peer
+        # polls and reads, so each gateway knows how many others report before the
+        # clients start (as a gateway that has run a while does).
         for op in self.operators:
             op.poll(self._peers(op), self.network, PRIME_AT)
         for gw in self.gateways:

@@ -69,12 +69,15 @@ class SimGateway:
         clock: Callable[[], float],
         table: RouteTable | None = None,
         max_attempts: int = 1,
+        rounding: Random | None = None,
     ) -> None:
         self.index = index
         self.site = site
         self.policy = policy
         self.rng = rng
-        self.state = GridState(candidates_for(site, sites), settings, models=[MODEL])
+        self.state = GridState(candidates_for(site, sites), settings, [MODEL], rounding)
+        """`rounding` rounds fair-share budgets per snapshot (its own seeded stream, so
+        the picks draw the same sequence as without it)."""
         self.own = OwnLoad()
         self.ejections = Ejections()
         self.clock = clock
