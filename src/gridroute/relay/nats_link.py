@@ -22,6 +22,7 @@ from gridroute.relay.prometheus_link import PrometheusLink
 from gridroute.tls import load_context
 
 DEFAULT_PREFIX = "gridroute.signals"
+DEFAULT_GATEWAY_PREFIX = "gridroute.gateways"
 
 
 class Transport(StrEnum):
@@ -45,6 +46,15 @@ class NatsLink(_Model):
     between them and reconnects without end."""
     subject_prefix: str = Field(DEFAULT_PREFIX, pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
     """Each site publishes on `<prefix>.<site>`; readers subscribe to `<prefix>.*`."""
+    gateway_subject_prefix: str = Field(
+        DEFAULT_GATEWAY_PREFIX, pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
+    )
+    """Gateways publish their own in-flight on `<prefix>.<site>.<gateway id>` and read
+    every gateway's from `<prefix>.>`, for the fair share among gateways."""
+    report_window_s: float = Field(5.0, gt=0)
+    """A gateway's report counts in the others' sums for this long after it arrived
+    (the mesh operator's window for its gateways' reports), so one that stops
+    reporting ages out."""
     user: str | None = None
     """User name, when the server authenticates by user and password."""
     password_file: Path | None = None

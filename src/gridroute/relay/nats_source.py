@@ -18,6 +18,13 @@ the same:
   site is dropped as `site_mismatch` and counted, even if the server's permissions
   were misconfigured. Bodies over the read limit and rows of providers past the cap
   are dropped the same way as on the mesh.
+* With a `reporter` (the gateway's own in-flight, for the fair share among gateways),
+  each read first publishes this gateway's counts on
+  `<gateway prefix>.<site>.<gateway id>`, and the read's `Decoded.gateways` carries
+  every site's fresh gateway sums, this gateway's included, as an operator relays them
+  on the mesh (`relay/nats_gateway_reports.py`). A report the server refuses (this
+  gateway's user may not publish there) turns the sums off, so the share keeps its
+  fallback rather than reading this gateway as the only one.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gridroute.relay.nats_connection import NatsConnection
+from gridroute.relay.nats_gateway_reports import GatewayReportBoard
 from gridroute.relay.nats_link import NatsLink
 from gridroute.relay.poller import (
     PollLimits,
@@ -37,6 +46,7 @@ from gridroute.relay.poller import (
     PollResult,
     steady_offset,
 )
+from gridroute.wire.gateway_report import render_in_flight
 from gridroute.wire.signals import (
     NAME_RE,
     READ_LIMIT_BYTES,
@@ -56,6 +66,15 @@ MAX_SITES = 4096
 """Sites accepted; a message from a site past this is dropped as `cap`."""
 
 
+@dataclass(frozen=True, slots=True)
+class OwnReport:
+    """Who this gateway is, and how to take its own in-flight per candidate now."""
+
+    site: str
+    gateway: str
+    take: Callable[[], Mapping[str, int]]
+
+
 class NatsSignalsSource:
     """Reads every site's rows from NATS; `poll()` answers like a `/signals` poll."""
 
@@ -68,8 +87,13 @@ class NatsSignalsSource:
         limits: PollLimits | None = None,
         clock: Callable[[], float] = time.time,
         logger: logging.Logger = log,
+        reporter: OwnReport | None = None,
     ) -> None:
         self.link = link
+        self.reporter = reporter
+        self.reports = GatewayReportBoard(link.gateway_subject_prefix, link.report_window_s)
+        self.report_refused: str | None = None
+        """The server's refusal of this gateway's report, once it sent one."""
         self.target = "nats"
         self.name = name
         self.limits = limits or PollLimits(max_lines=32_768)
@@ -99,11 +123,23 @@ class NatsSignalsSource:
         nc = await self._conn.get()  # NotConnected at once while no server accepts us
         if not self._subscribed:
             await nc.subscribe(f"{self.link.subject_prefix}.*", cb=self._on_message)
+            if self.reporter is not None:
+                await nc.subscribe(f"{self.link.gateway_subject_prefix}.>", cb=self._on_report)
             self._subscribed = True
         return nc
 
     async def _on_error(self, exc: Exception) -> None:
+        text = str(exc)
+        own = self._own_subject()
+        if own is not None and "permissions violation" in text.lower() and own in text:
+            if self.report_refused is None:
+                self._log.warning("nats: the server refuses this gateway's report: %s", text)
+            self.report_refused = text
         self._log.debug("nats: %s", exc)
+
+    def _own_subject(self) -> str | None:
+        rep = self.reporter
+        return None if rep is None else self.reports.subject(rep.site, rep.gateway)
 
     async def _on_disconnected(self) -> None:
         self._log.info("nats: disconnected; reconnecting")
@@ -119,6 +155,21 @@ class NatsSignalsSource:
 
     async def _on_message(self, msg: Any) -> None:
         self.ingest(msg.subject, msg.data, msg.headers or {})
+
+    async def _on_report(self, msg: Any) -> None:
+        if msg.subject != self._own_subject():  # our own echo: recorded when published
+            self.reports.ingest(msg.subject, msg.data, self._clock())
+
+    async def _publish_report(self, nc: Any) -> None:
+        """This gateway's own counts, on its subject and into its own board."""
+        rep = self.reporter
+        if rep is None:
+            return
+        counts = dict(rep.take())
+        await nc.publish(
+            self.reports.subject(rep.site, rep.gateway), render_in_flight(counts).encode()
+        )
+        self.reports.record(rep.site, rep.gateway, counts, self._clock())
 
     def ingest(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         """Fold one message into the store (synchronous: the pure part of a message)."""
@@ -180,6 +231,7 @@ class NatsSignalsSource:
             # PING/PONG (its read loop is down), so it proves nothing: ask first.
             if not nc.is_connected:
                 raise ConnectionError("disconnected from the server (reconnecting)")
+            await self._publish_report(nc)
             await nc.flush(timeout=self.link.flush_timeout_s)
         except Exception as exc:  # every client failure is one result: unreachable
             outcome = PollOutcome(
@@ -196,11 +248,15 @@ class NatsSignalsSource:
         sites = {site for site, _ in self._samples}
         dropped = dict(self._dropped)
         self._dropped.clear()
+        for reason, count in self.reports.take_dropped().items():
+            dropped[f"report_{reason}"] = dropped.get(f"report_{reason}", 0) + count
+        reporting = self.reporter is not None and self.report_refused is None
         decoded = Decoded(
             received=received,
             round_ends=dict.fromkeys(sites, ended),
             dropped={DropReason(k): v for k, v in dropped.items() if k in _DROP_VALUES},
             lines=len(received),
+            gateways=self.reports.sums(ended) if reporting else {},
         )
         outcome = PollOutcome(
             self.target,
