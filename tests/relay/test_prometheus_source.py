@@ -45,7 +45,15 @@ def _api(behaviour: dict[str, Any]) -> web.Application:
         if mode == "huge":
             return web.Response(body=b" " * 5000, content_type="application/json")
         now = time.time()
-        if expr.startswith("max by"):
+        if expr.startswith("grid_route_site_in_flight"):
+            behaviour.setdefault("gateway_queries", []).append(expr)
+            result = [
+                {"metric": {"job": "gw", "instance": inst, "site": site, "cluster": "p"},
+                 "value": [now, value]}
+                for inst, site, value in behaviour.get("gateways", ())
+            ]  # fmt: skip
+            kind = "vector"
+        elif expr.startswith("max by"):
             result: list[Any] = [{"metric": {"grid_site": "hub"}, "value": [now, str(now)]}]
             kind = "vector"
         else:
@@ -180,3 +188,43 @@ def test_the_gateway_needs_the_link_and_an_operator_may_not_use_it() -> None:
     }
     with pytest.raises(ConfigError, match="is for gateways"):
         parse_operator_config(operator)
+
+
+def test_every_scraped_gateways_own_in_flight_is_read_beside_the_rows() -> None:
+    """The third query: each gateway's `grid_route_site_in_flight`, as Prometheus scraped
+    it from their metrics listeners, summed per candidate and counted per gateway, filed
+    under the reader's site as the mesh files its own gateways' sums."""
+
+    async def scenario() -> None:
+        behaviour: dict[str, Any] = {
+            "mode": "ok",
+            "gateways": [
+                ("10.0.0.1:9100", "hub", "3"),
+                ("10.0.0.1:9100", "west", "1"),
+                ("10.0.0.2:9100", "hub", "2"),
+                ("10.0.0.3:9100", "west", "NaN"),  # a row a gateway no longer has
+            ],
+        }
+        async with serve(_api(behaviour)) as url:
+            cfg = PrometheusLink(url=url, timeout_s=0.5, gateway_selector='job="gw"')
+            src = PrometheusSource(cfg, ["hub"], PollMetrics(CollectorRegistry()), local_site="hub")
+            plain = PrometheusSource(cfg, ["hub"], PollMetrics(CollectorRegistry()))
+            try:
+                got = await src.poll()
+                assert got.result is PollResult.OK, got.error
+                assert got.decoded is not None
+                sums = got.decoded.gateways["hub"]
+                assert (sums.gateways, dict(sums.in_flight)) == (2, {"hub/p": 5.0, "west/p": 1.0})
+                assert behaviour["gateway_queries"] == ['grid_route_site_in_flight{job="gw"}']
+                # Without its site (or with gateway_selector: null) no reports are read.
+                off = await plain.poll()
+                assert off.decoded is not None and off.decoded.gateways == {}
+                assert len(behaviour["gateway_queries"]) == 1
+                behaviour["gateways"] = []  # no gateway scraped: no sums, the fallback
+                none = await src.poll()
+                assert none.decoded is not None and none.decoded.gateways == {}
+            finally:
+                await src.close()
+                await plain.close()
+
+    run(scenario)

@@ -195,8 +195,11 @@ class Gateway:
                 report = None
         elif self.cfg.signals.transport is Transport.PROMETHEUS and prom is not None:
             sites = [s.name for s in self.cfg.sites]
-            source = PrometheusSource(prom, sites, self.poll_metrics)
+            local = self.cfg.local_site if prom.gateway_selector is not None else None
+            source = PrometheusSource(prom, sites, self.poll_metrics, local_site=local)
             interval_s = prom.poll_interval_s
+            if local is not None:  # every gateway's own in-flight, as Prometheus scraped it
+                report = self._load_report()
         elif op is not None:
             source = self._source_factory(op, self.poll_metrics)
             interval_s = op.poll_interval_s

@@ -31,6 +31,12 @@ class PrometheusLink(_Model):
     selector: str = 'job="gridroute-signals"'
     """Label matchers ANDed into every query, picking the scrape of the operators'
     `/signals`. Default: `job="gridroute-signals"` (deploy/prometheus/prometheus.yml)."""
+    gateway_selector: str | None = 'job="gridroute-gateway"'
+    """Label matchers picking the scrape of the gateways' own metrics, from which each
+    read also takes every gateway's own in-flight per candidate
+    (`grid_route_site_in_flight`) for the fair share among gateways. `null`: read none
+    (the share falls back to this gateway's part of all polled load). Default:
+    `job="gridroute-gateway"` (deploy/prometheus/prometheus.yml)."""
     tls: PrometheusTLS | None = None
     """TLS toward the API. Default: none (plain HTTP, or system CAs for https)."""
     poll_interval_s: float = Field(1.0, gt=0)
@@ -53,10 +59,10 @@ class PrometheusLink(_Model):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/")
 
-    @field_validator("selector")
+    @field_validator("selector", "gateway_selector")
     @classmethod
-    def _selector(cls, value: str) -> str:
-        if any(c in value for c in "{}[]"):
+    def _selector(cls, value: str | None) -> str | None:
+        if value is not None and any(c in value for c in "{}[]"):
             raise ValueError('label matchers only, without braces, e.g. job="x"')
         return value
 

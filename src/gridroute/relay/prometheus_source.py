@@ -3,8 +3,10 @@
 The same signals source the operator poll is (`poll()` -> `PollOutcome`), so the
 signals loop, the snapshot, the freshness and silence rules, readiness and the
 `grid_signals_*` metrics (target `prometheus`) are shared; only the reading differs.
-Each poll runs the two instant queries of `gridroute.wire.promquery` concurrently
-under one timeout, reads each answer up to `max_response_bytes`, and decodes them.
+Each poll runs the instant queries of `gridroute.wire.promquery` concurrently
+under one timeout (two, and a third for the gateways' own in-flight when the source
+knows its gateway's site and `gateway_selector` is set), reads each answer up to
+`max_response_bytes`, and decodes them.
 How a poll ends, as for the operator poll:
 
     ok            both answers decoded (rows may still be dropped, by reason)
@@ -32,6 +34,7 @@ from gridroute.wire.promquery import (
     PromAnswerError,
     PromTooLarge,
     build_queries,
+    decode_gateway_load,
     decode_rounds,
     decode_samples,
     with_rounds,
@@ -70,10 +73,15 @@ class PrometheusSource:
         sites: Sequence[str],
         metrics: PollMetrics,
         clock: Callable[[], float] = time.time,
+        local_site: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.sites = tuple(sorted(set(sites)))
-        self.queries = build_queries(self.sites, cfg.selector, cfg.lookback_s)
+        self.local_site = local_site
+        """The reader's site, under which every gateway's report is filed (None: the
+        gateways' reports are not read)."""
+        selector = cfg.gateway_selector if local_site is not None else None
+        self.queries = build_queries(self.sites, cfg.selector, cfg.lookback_s, selector)
         self.latest: PollOutcome | None = None
         self.failing = False
         self._metrics = metrics
@@ -98,15 +106,20 @@ class PrometheusSource:
         started = self._clock()
         size = 0
         try:
+            exprs = [self.queries.samples, self.queries.rounds]
+            if self.queries.gateways is not None:
+                exprs.append(self.queries.gateways)
             async with asyncio.timeout(self.cfg.timeout_s):
-                (samples, n1), (rounds, n2) = await asyncio.gather(
-                    self._query(self.queries.samples), self._query(self.queries.rounds)
+                answers = await asyncio.gather(*(self._query(e) for e in exprs))
+            size = sum(n for _, n in answers)
+            now = self._clock()
+            decoded = decode_samples(answers[0][0], self.sites, now, max_series=self.cfg.max_series)
+            gateways = None
+            if self.local_site is not None and len(answers) > 2:
+                gateways = decode_gateway_load(
+                    answers[2][0], self.local_site, now, max_series=self.cfg.max_series
                 )
-            size = n1 + n2
-            decoded = decode_samples(
-                samples, self.sites, self._clock(), max_series=self.cfg.max_series
-            )
-            decoded = with_rounds(decoded, decode_rounds(rounds, self.sites))
+            decoded = with_rounds(decoded, decode_rounds(answers[1][0], self.sites), gateways)
         except _Refused as exc:
             outcome = self._failed(exc.result, started, str(exc))
         except PromTooLarge as exc:

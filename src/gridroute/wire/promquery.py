@@ -19,6 +19,18 @@ Prometheus last tried to scrape that site. A site Prometheus no longer tries is 
 judged (as a peer whose operator reports no rounds), so a stalled Prometheus pauses
 the silence judgement instead of silencing every site.
 
+With `gateway_selector` set, a third query reads every gateway's own in-flight per
+candidate, the `grid_route_site_in_flight{site,cluster}` gauge each gateway already
+exports on its metrics listener (one series per gateway and candidate, told apart by
+the scrape's `job`/`instance`):
+
+    grid_route_site_in_flight{job="gridroute-gateway"}
+
+`decode_gateway_load` sums it per candidate and counts the gateways, the same sums an
+operator relays on the mesh (docs/selection.md, "Fair share among gateways"), so the
+fair share leaves out load no gateway sent. A gateway that stops being scraped drops
+out with Prometheus's staleness marker at its next failed scrape.
+
 Bounds are the relay's: at most `max_series` series per answer (else `too_large`), at
 most `max_providers` providers per site (the rest dropped as `cap`), values and names
 checked as strictly as `decode_relay` does (`parse`), implausible counts made
@@ -36,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gridroute.core.sample import MAX_COUNT
 from gridroute.wire.signals import (
     FIELDS,
     NAME_RE,
@@ -43,6 +56,7 @@ from gridroute.wire.signals import (
     SKEW_AHEAD_S,
     Decoded,
     DropReason,
+    GatewaySums,
     Received,
     sample_of,
 )
@@ -66,6 +80,8 @@ class PromQueries:
 
     samples: str
     rounds: str
+    gateways: str | None = None
+    """Every gateway's own in-flight per candidate (None: reports not read)."""
 
 
 def _alternation(names: Sequence[str]) -> str:
@@ -73,9 +89,12 @@ def _alternation(names: Sequence[str]) -> str:
     return "|".join(n.replace(".", "\\\\.") for n in names)
 
 
-def build_queries(sites: Sequence[str], selector: str, lookback_s: float) -> PromQueries:
+def build_queries(
+    sites: Sequence[str], selector: str, lookback_s: float, gateway_selector: str | None = None
+) -> PromQueries:
     """The queries for `sites` (configured names), with `selector` (extra label matchers,
-    e.g. `job="gridroute-signals"`) ANDed in and samples no older than `lookback_s`."""
+    e.g. `job="gridroute-signals"`) ANDed in and samples no older than `lookback_s`;
+    with `gateway_selector` (the gateways' scrape), the gateways' own in-flight too."""
     site_match = f'{SITE_LABEL}=~"{_alternation(sorted(set(sites)))}"'
     extra = f", {selector}" if selector.strip() else ""
     names = "|".join(name for _, name in FIELDS)
@@ -83,7 +102,47 @@ def build_queries(sites: Sequence[str], selector: str, lookback_s: float) -> Pro
     return PromQueries(
         samples=f'{{__name__=~"{names}", {site_match}{extra}}}[{window}]',
         rounds=f"max by ({SITE_LABEL}) (timestamp(up{{{site_match}{extra}}}))",
+        gateways=None if gateway_selector is None else f"{GATEWAY_IN_FLIGHT}{{{gateway_selector}}}",
     )
+
+
+GATEWAY_IN_FLIGHT = "grid_route_site_in_flight"
+"""The gauge of a gateway's own requests in flight per candidate (`gateway/metrics.py`)."""
+GATEWAY_KEY_LABELS = ("job", "instance")
+"""What tells one scraped gateway from another."""
+
+
+def decode_gateway_load(
+    answer: Any, local_site: str, now: float, *, max_series: int
+) -> dict[str, GatewaySums]:
+    """{`local_site`: every scraped gateway's own in-flight summed per candidate key
+    (`site/cluster`), with the number of gateways}; {} when no gateway is scraped.
+
+    Every reporting gateway is filed under the reader's site: the fair share needs only
+    the total and the count, and the reader's own site is where the mesh files itself.
+    """
+    result = _data(answer, "vector")
+    if len(result) > max_series:
+        raise PromTooLarge(f"{len(result)} series over the limit of {max_series}")
+    gateways: set[tuple[str, ...]] = set()
+    total: dict[str, float] = {}
+    for row in result:
+        metric = row.get("metric") if isinstance(row, dict) else None
+        value = row.get("value") if isinstance(row, dict) else None
+        if not isinstance(metric, dict) or not isinstance(value, list) or len(value) != 2:
+            continue
+        site, cluster = metric.get("site"), metric.get("cluster")
+        count = _number(value[1])
+        if not isinstance(site, str) or not isinstance(cluster, str) or count is None:
+            continue  # NaN: a row the gateway no longer has
+        if not NAME_RE.fullmatch(site) or not NAME_RE.fullmatch(cluster) or count < 0:
+            continue
+        gateways.add(tuple(str(metric.get(k, "")) for k in GATEWAY_KEY_LABELS))
+        key = f"{site}/{cluster}"
+        total[key] = total.get(key, 0.0) + min(count, float(MAX_COUNT))
+    if not gateways:
+        return {}
+    return {local_site: GatewaySums(now, len(gateways), total)}
 
 
 def _data(answer: Any, kind: str) -> list[Any]:
@@ -197,11 +256,16 @@ def decode_samples(
     )
 
 
-def with_rounds(decoded: Decoded, rounds: Mapping[str, float | None]) -> Decoded:
-    """`decoded` carrying the sites' judgement times."""
+def with_rounds(
+    decoded: Decoded,
+    rounds: Mapping[str, float | None],
+    gateways: Mapping[str, GatewaySums] | None = None,
+) -> Decoded:
+    """`decoded` carrying the sites' judgement times (and the gateways' sums)."""
     return Decoded(
         received=decoded.received,
         round_ends={k: v for k, v in rounds.items() if v is not None},
         dropped=decoded.dropped,
         lines=decoded.lines,
+        gateways=dict(gateways or {}),
     )
