@@ -105,7 +105,7 @@ def test_nats_signals_make_publishers_without_peers_and_a_subscribing_gateway() 
     def tls(user: str) -> dict[str, str]:
         return {"caFile": "/c/ca.crt", "certFile": f"/c/{user}.crt", "keyFile": f"/c/{user}.key"}
 
-    tls_of = {u: tls(u) for u in ("hub", "west", "east", "gateway")}
+    tls_of = {u: tls(u) for u in ("hub", "west", "east", "gateway", "gateway-hub")}
     addrs = Addresses(ADDRS.backends, ADDRS.operators, ("tls://127.0.0.1:4222",), tls_of)
     op = parse_config(operator_config(spec, spec.sites[1], addrs, CERTS), "west")
     assert op.peers == [] and op.signals.transport.value == "nats"
@@ -115,7 +115,8 @@ def test_nats_signals_make_publishers_without_peers_and_a_subscribing_gateway() 
     assert op.signals.nats.tls.cert_file == Path("/c/west.crt")
     gw = GatewayConfig.model_validate(gateway_config(spec, "hub", addrs, CERTS))
     assert gw.signals.nats is not None and gw.signals.nats.tls is not None
-    assert gw.signals.nats.tls.cert_file == Path("/c/gateway.crt")
+    # A gateway reads as its site's gateway user: it may report its own in-flight there.
+    assert gw.signals.nats.tls.cert_file == Path("/c/gateway-hub.crt")
     assert gw.signals.nats.servers == ["tls://127.0.0.1:4222"]
     with pytest.raises(ValueError, match="signals: mesh or nats"):
         GridSpec(signals="carrier-pigeon")
