@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
 
 from gridroute.core.gateway_load import GatewayLoad, combine
 from gridroute.gateway.current import CurrentGrid
@@ -40,6 +41,10 @@ class LoadReport:
         self.local_site = local_site
         self.window_s = window_s
         self.sent: dict[str, int] = {}
+        self.unscraped = False
+        """A Prometheus reader with no metrics listener: no scrape carries its own
+        count, so `load` adds it to the sums itself (else a lone other gateway would
+        read as this one)."""
 
     def take(self) -> dict[str, int]:
         """This worker's own in-flight now, remembered as what was sent (the NATS
@@ -58,6 +63,14 @@ class LoadReport:
         local = sums.get(self.local_site) if self.local_site is not None else None
         if local is None or local.gateways < 1:
             return None
+        if self.unscraped and self.local_site is not None:
+            mine = dict(local.in_flight)
+            for key, value in self.take().items():
+                mine[key] = mine.get(key, 0.0) + value
+            sums = {
+                **sums,
+                self.local_site: replace(local, gateways=local.gateways + 1, in_flight=mine),
+            }
         sites = {
             site: (s.gateways, s.in_flight)
             for site, s in sums.items()
