@@ -221,7 +221,7 @@ class SimRun:
         for i in range(len(self.operators)):
             self.at(self.phases.uniform(0, sc.poll_interval_s), OP_POLL, self._op_poll, i)
         for g in range(len(self.gateways)):
-            self.at(self.phases.uniform(0, sc.poll_interval_s), GW_POLL, self._gw_poll, g)
+            self.at(self.phases.uniform(0, sc.gateway_poll_s), GW_POLL, self._gw_poll, g)
         self._set_clients(0.0, self.clients)
         for ev in sc.events:
             self.at(ev.at_s, DISTURB, self._disturb_start, ev)
@@ -258,7 +258,7 @@ class SimRun:
             self._probe_refresh(gw, t)
         if gw.held:
             self._drain(t, g)
-        self.at(t + self.sc.poll_interval_s, GW_POLL, self._gw_poll, g)
+        self.at(t + self.sc.gateway_poll_s, GW_POLL, self._gw_poll, g)
 
     # -- clients ------------------------------------------------------------------------
 
