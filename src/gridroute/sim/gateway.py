@@ -23,6 +23,7 @@ from gridroute.core import (
     Snapshot,
 )
 from gridroute.core.ejection import Ejections
+from gridroute.core.fairness import FairAdmission
 from gridroute.core.gateway_load import combine
 from gridroute.sim.model import PROVIDER, SimOperator, SimRequest
 
@@ -44,6 +45,7 @@ class SimGateway:
         "clock",
         "drain_pending",
         "ejections",
+        "fairness",
         "held",
         "index",
         "own",
@@ -70,6 +72,7 @@ class SimGateway:
         self.state = GridState(candidates_for(site, sites), settings, models=[MODEL])
         self.own = OwnLoad()
         self.ejections = Ejections()
+        self.fairness = FairAdmission()
         self.clock = clock
         """The simulation's clock (the time of the event being handled)."""
         self.held: deque[SimRequest] = deque()
