@@ -39,8 +39,16 @@ from random import Random
 from gridroute.core.select import Decision, Outcome, Path, Policy
 from gridroute.core.settings import AvailabilitySettings
 
-RATE_TAU_S = 5.0
-"""Time constant of the observed admission rate that Retry-After is estimated from."""
+RATE_TAU_S = 30.0
+"""Time constant of the observed admission rate (hold length and Retry-After): several
+rounds of a 5 s service, so a closed loop's waves of completions average out."""
+
+FAIR_WAIT_MIN_S = 0.1
+"""Shortest fair wait, however fast the slots turn over."""
+
+FAIR_WAIT_TURNOVERS = 1.5
+"""A fair wait lasts this many turnovers: a request that arrives just after a round of
+completions still sees the next one, whatever the noise of the rate estimate."""
 
 
 @dataclass(slots=True)
@@ -130,6 +138,26 @@ def _decayed(e: _Key, now: float, s: AvailabilitySettings) -> float:
     return e.score * math.pow(0.5, dt / (s.fair_half_life_ms / 1000.0))
 
 
+class _Rate:
+    """An event rate, exponentially weighted over `RATE_TAU_S`, unbiased while young."""
+
+    __slots__ = ("at", "count", "since")
+
+    def __init__(self, now: float) -> None:
+        self.since = now
+        self.at = now
+        self.count = 0.0
+
+    def add(self, now: float) -> None:
+        self.count = self.count * math.exp(-(now - self.at) / RATE_TAU_S) + 1.0
+        self.at = now
+
+    def per_s(self, now: float) -> float:
+        count = self.count * math.exp(-(now - self.at) / RATE_TAU_S)
+        age = max(now - self.since, 1.0)
+        return count / (RATE_TAU_S * (1.0 - math.exp(-age / RATE_TAU_S)))
+
+
 @dataclass(slots=True)
 class _Waiter:
     key: str
@@ -142,9 +170,17 @@ def fair_order_on(s: AvailabilitySettings, policy: Policy) -> bool:
     return s.fair_order and policy is Policy.GRIDROUTE and (s.shedding or s.max_queue_ms > 0)
 
 
-def fair_hold_s(s: AvailabilitySettings) -> float:
-    """How long a request waits for its turn: the admission queue's length when set."""
-    return (s.max_queue_ms if s.max_queue_ms > 0 else s.fair_wait_ms) / 1000.0
+def fair_hold_s(s: AvailabilitySettings, turnover_s: float | None) -> float:
+    """How long a request waits for its turn: the admission queue's length when set, else
+    one turnover of this gateway's slots (every slot it holds frees once in that time,
+    so a request not given one by then ranks behind a whole round), within
+    `FAIR_WAIT_MIN_S`..`fair_wait_ms`; `fair_wait_ms` itself before any admission."""
+    if s.max_queue_ms > 0:
+        return s.max_queue_ms / 1000.0
+    most = s.fair_wait_ms / 1000.0
+    if turnover_s is None:
+        return most
+    return min(max(turnover_s * FAIR_WAIT_TURNOVERS, FAIR_WAIT_MIN_S), most)
 
 
 class FairAdmission:
@@ -159,8 +195,8 @@ class FairAdmission:
         self._version = 0
         """Bumped by every change of a waiter set or a standing: `_best` is valid until."""
         self._best: dict[str, tuple[int, _Waiter | None]] = {}
-        self._rate: dict[str, tuple[float, float]] = {}
-        """model -> (decayed admissions, at): the admission rate is that / RATE_TAU_S."""
+        self._rate: dict[str, _Rate] = {}
+        """Per model, and under "" for every model: admissions per second lately."""
 
     def waiting(self, model: str) -> int:
         return len(self._waiting.get(model, ()))
@@ -240,8 +276,11 @@ class FairAdmission:
         if d.outcome is Outcome.ROUTE:
             self.table.admitted(key, now, s)
             self._version += 1
-            count, at = self._rate.get(model, (0.0, now))
-            self._rate[model] = (count * math.exp(-(now - at) / RATE_TAU_S) + 1.0, now)
+            for name in (model, ""):
+                rate = self._rate.get(name)
+                if rate is None:
+                    rate = self._rate[name] = _Rate(now)
+                rate.add(now)
         elif d.outcome is Outcome.SHED:
             self.table.refused(key, now, s)
             self._version += 1
@@ -249,9 +288,15 @@ class FairAdmission:
         return d
 
     def admission_rate(self, model: str, now: float) -> float:
-        """Admissions per second of `model` lately (0 before the first)."""
-        count, at = self._rate.get(model, (0.0, now))
-        return count * math.exp(-(now - at) / RATE_TAU_S) / RATE_TAU_S
+        """Admissions per second of `model` lately (0 before the first); "": every model."""
+        rate = self._rate.get(model)
+        return 0.0 if rate is None else rate.per_s(now)
+
+    def turnover_s(self, in_flight: int, now: float) -> float | None:
+        """Seconds in which this gateway's slots free once (Little's law: in flight over
+        the admission rate), or None before the first admission."""
+        rate = self.admission_rate("", now)
+        return None if rate <= 0.0 else in_flight / rate
 
     def retry_after_s(self, model: str, now: float, s: AvailabilitySettings, rng: Random) -> int:
         """Seconds until a refused request can expect room, bounded and jittered.

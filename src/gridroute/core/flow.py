@@ -249,7 +249,8 @@ def request_flow(
         hold_s = snap.settings.max_queue_ms / 1000.0
         ticket = 0
         if fair is not None:
-            hold_s, ticket = fair_hold_s(snap.settings), fair.join(model, who, now)
+            turnover = fair.turnover_s(grid.own.total(), now)
+            hold_s, ticket = fair_hold_s(snap.settings, turnover), fair.join(model, who, now)
         deadline = now + hold_s
         try:
             while d.outcome is Outcome.HOLD:

@@ -79,9 +79,11 @@ class AvailabilitySettings(BaseModel):
     rank ahead of it waiting, waits up to `fair_wait_ms` (or `max_queue_ms` when set) and
     a freed slot goes to the waiter whose key was served least lately; the ones refused
     are the most served. false: first come takes the slot, the rest get 429 at once."""
-    fair_wait_ms: int = Field(1000, gt=0)
-    """How long a request waits for its fair turn past capacity before it is refused
-    (when `max_queue_ms` is 0): short, so the gateway never becomes a long queue."""
+    fair_wait_ms: int = Field(10_000, gt=0)
+    """The longest a request waits for its fair turn past capacity before it is refused
+    (when `max_queue_ms` is 0). It waits one turnover of this gateway's slots (in flight
+    over admissions per second: about one service time), at most this long: by then
+    every slot freed once, so the gateway never queues more than one round."""
     fair_half_life_ms: int = Field(60_000, gt=0)
     """A key's served score halves over this long: the span fairness is judged over."""
     fair_keys: int = Field(65_536, gt=0)

@@ -139,6 +139,8 @@ class SimRun:
         ]
         self.report = sc.gateway_reports
         self.phases = Random(f"{base}:phases")
+        self.backoff = Random(f"{base}:backoff")
+        """Clients' Retry-After waits, when they jitter them (`Scenario.retry_jitter`)."""
         self.tally = Tally(names, sc.warmup_s, sc.duration_s)
         self.client_gw: list[int] = []
         self.client_active: list[bool] = []
@@ -297,7 +299,10 @@ class SimRun:
         elif isinstance(step, Refuse) and step.status == 429:
             if self.tally.counts(t):
                 self.tally.shed += 1
-            self._next(t, req.client, float(step.decision.retry_after_s or 1))
+            wait = float(step.decision.retry_after_s or 1)
+            if self.sc.retry_jitter:  # between half and all of it, as `gridroute load` does
+                wait = self.backoff.uniform(wait / 2, wait)
+            self._next(t, req.client, wait)
         elif isinstance(step, Refuse):
             if self.tally.counts(t):
                 self.tally.failed += 1
