@@ -263,7 +263,9 @@ class FairAdmission:
         first, or a shed past capacity while the request may still wait, becomes a hold."""
         if not can_hold:
             return d
-        if d.outcome is Outcome.ROUTE and not self.first(model, key, ticket, now, s):
+        if d.outcome is Outcome.ROUTE and (
+            d.path is Path.BORROW or not self.first(model, key, ticket, now, s)
+        ):
             return Decision(Outcome.HOLD, Path.HOLD, None, d.refused)
         if d.outcome is Outcome.SHED:
             return Decision(Outcome.HOLD, Path.HOLD, None, d.refused)
