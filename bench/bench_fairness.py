@@ -151,8 +151,7 @@ def live_row(gateways: int, clients: int, fair: bool, warmup_s: float, measure_s
         gateway_sites=GATEWAYS[gateways],
         availability=settings(fair),
     )
-    with LocalGrid(spec) as grid:
-        grid.start()
+    with LocalGrid(spec) as grid:  # started on entry
         served, done, shed, queue_s = asyncio.run(_live_load(grid, clients, warmup_s, measure_s))
     capacity = SLOTS / SERVICE_S * measure_s
     return Row("live", gateways, clients, "fair" if fair else "today", served, done / capacity,
