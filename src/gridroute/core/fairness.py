@@ -21,9 +21,11 @@ The order (`FairAdmission`, one per gateway, on the grid the request flow reads)
 capacity a request that finds no room, or finds a waiter of the same model that ranks
 ahead of it (lower standing, or equal and waiting longer), waits (`core/flow.py` yields
 `Hold`). When a slot frees, only the waiter ranked first may take it; the others wait
-on. A waiter whose wait ends (`fair_wait_ms`, short) is refused: by construction the
-ones left waiting are those of the keys served most. Decisions stay the core's
-(`select.decide`): this only says who goes first and who waits.
+on. A wait lasts 1.5 turnovers of the gateway's slots (`fair_hold_s`: about one
+service time, at most `fair_wait_ms`); a waiter not admitted by then ranks behind a
+whole round and is refused: by construction the ones refused are those of the keys
+served most. Decisions stay the core's (`select.decide`): this only says who goes
+first and who waits.
 
 Everything is injected (time from the caller, randomness from the caller's `Random`);
 nothing here reads a clock.
@@ -259,8 +261,10 @@ class FairAdmission:
         s: AvailabilitySettings,
         can_hold: bool,
     ) -> Decision:
-        """The core's decision in fair order: a slot taken ahead of a waiter ranked
-        first, or a shed past capacity while the request may still wait, becomes a hold."""
+        """The core's decision in fair order: while the request may still wait, a slot
+        taken ahead of a waiter ranked first, a slot borrowed past this gateway's share
+        (every gateway with waiters would borrow on the same poll-old estimate: measured,
+        it doubled the overshoot at 4 gateways), or a shed past capacity, becomes a hold."""
         if not can_hold:
             return d
         if d.outcome is Outcome.ROUTE and (
