@@ -155,3 +155,29 @@ def test_an_answered_flow_counts_one_admission() -> None:
     assert isinstance(next(flow), Attempt)
     flow.send(Answered(200))
     assert fg.fairness.table.standing("k", 10.0, S) == pytest.approx(1.0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=20),
+    st.data(),
+)
+def test_exactly_one_waiter_ranks_first_and_it_has_the_lowest_standing(
+    waiters: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    fair = FairAdmission()
+    for k, served in waiters:
+        for _ in range(served):
+            fair.table.admitted(f"k{k}", 0.0, S)
+    tickets = [(fair.join("m", f"k{k}", float(i)), f"k{k}") for i, (k, _) in enumerate(waiters)]
+    gone = data.draw(st.sets(st.sampled_from([t for t, _ in tickets])))
+    for t in gone:
+        fair.leave("m", t)
+    left = [(t, key) for t, key in tickets if t not in gone]
+    firsts = [(t, key) for t, key in left if fair.first("m", key, t, 1.0, S)]
+    if not left:
+        assert not firsts and fair.waiting("m") == 0
+        return
+    assert len(firsts) == 1
+    lowest = min(fair.table.standing(key, 1.0, S) for _, key in left)
+    assert fair.table.standing(firsts[0][1], 1.0, S) == lowest
