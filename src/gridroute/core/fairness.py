@@ -12,7 +12,8 @@ seen forgotten first; unseen for `fair_key_ttl_ms`, forgotten):
     score    admissions, decayed by half every `fair_half_life_ms`
     streak   refusals since the key was last admitted
 
-A key's *standing* is `score - streak`: lower ranks first. A key never seen stands at
+A key's *standing* is `score - streak` (the streak decaying with the score, so that
+two keys keep their order while neither is used): lower ranks first. A key never seen stands at
 0, like one served long ago; a refused key moves ahead of one just served by one
 admission per refusal, so a request coming back after its Retry-After is admitted
 before a fresh request of a key that was just served.
@@ -61,6 +62,9 @@ class _Key:
     seen: float
     """Last time the key was used (its TTL runs from here)."""
     streak: int = 0
+    owed: float = 0.0
+    """The refusals of the streak as a weight that decays with `score` (so the order of
+    any two keys does not change while neither is used)."""
 
 
 class FairnessTable:
@@ -97,7 +101,7 @@ class FairnessTable:
         e = self._live(key, now, s)
         if e is None:
             return 0.0
-        return _decayed(e, now, s) - e.streak
+        return (e.score - e.owed) * _decay(e, now, s)
 
     def streak(self, key: str) -> int:
         e = self._keys.get(key)
@@ -114,7 +118,9 @@ class FairnessTable:
                 self._drop(oldest)
             e = self._keys[key] = _Key(0.0, now, now)
         else:
-            e.score = _decayed(e, now, s)
+            f = _decay(e, now, s)
+            e.score *= f
+            e.owed *= f
             e.at = e.seen = now
             self._keys.move_to_end(key)
         return e
@@ -125,19 +131,22 @@ class FairnessTable:
         if e.streak:
             self.refused_keys -= 1
             e.streak = 0
+            e.owed = 0.0
 
     def refused(self, key: str, now: float, s: AvailabilitySettings) -> None:
         e = self._touch(key, now, s)
         if not e.streak:
             self.refused_keys += 1
         e.streak += 1
+        e.owed += 1.0
 
 
-def _decayed(e: _Key, now: float, s: AvailabilitySettings) -> float:
+def _decay(e: _Key, now: float, s: AvailabilitySettings) -> float:
+    """The factor by which `e`'s weights have decayed since it was last brought up to date."""
     dt = now - e.at
     if dt <= 0.0:
-        return e.score
-    return e.score * math.pow(0.5, dt / (s.fair_half_life_ms / 1000.0))
+        return 1.0
+    return math.pow(0.5, dt / (s.fair_half_life_ms / 1000.0))
 
 
 class _Rate:

@@ -260,6 +260,12 @@ def request_flow(
                 snap = grid.snapshot
                 now = clock()
                 woke = wake is Wake.WOKE
+                if (
+                    woke
+                    and fair is not None
+                    and not fair.first(model, who, ticket, now, snap.settings)
+                ):
+                    continue  # another waiter goes first: no decision needed (all are woken)
                 d = _decide(grid, snap, model, policy, affinity, NO_KEYS, woke, now)
                 if fair is not None:
                     d = fair.gate(d, model, who, ticket, now, snap.settings, woke)
