@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_sim.py
 	$(BIN)/python bench/bench_worlds.py
 	$(BIN)/python bench/bench_fleet.py
+	$(BIN)/python bench/bench_tls_resume.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

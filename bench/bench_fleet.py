@@ -1,13 +1,20 @@
 """Signals at fleet scale: mesh and NATS on real grids, and 1,000 simulated sites.
 
+One command prints both tables (the grids first, then the simulated fleet):
+
+    .venv/bin/python bench/bench_fleet.py --grid 10,30,60 --seconds 20
+
 `--grid 10,30,60` (the first table): for each size, a local grid of real processes
 (every site a fake model server and an operator, one gateway at the first site,
 about 4 requests/s through it) on the mesh and then on NATS, side by side: CPU and
 RSS per operator and in total (from /proc over the measured window), newest-sample
 age at the gateway (p50 / max over once-a-second reads of /grid/status), and sites
-the gateway ever judged silent although nothing failed.
+the gateway ever judged silent although nothing failed; "start s" is how long the
+grid took from the first process to every site live at the gateway (the launcher gives
+up after 60 s + 4 s per site). Without `--grid` (as `make bench` runs it) this table
+is skipped.
 
-The default run (the second table):
+The second table (`--sites 0` skips it):
 
 A publisher process stands in for 1,000 operators: every second it publishes one
 message per site (the real relay encoding, one provider each, spread over the
@@ -20,7 +27,7 @@ gateway for the same fleet, one `/signals` poll per second of its local operator
 whole relay (8 samples per provider, the operator's default, under the 768 KiB
 budget), decoded with the same `decode_relay`. Ratios are NATS / mesh.
 
-    .venv/bin/python bench/bench_fleet.py [--sites 1000] [--seconds 20] [--grid 10,30,60]
+    .venv/bin/python bench/bench_fleet.py [--sites 1000] [--seconds 20] [--grid 10,30,60|none]
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import os
 import resource
 import statistics
 import tempfile
@@ -161,8 +169,6 @@ def _run(kind: str, tmp: str, urls: list[str], sites: int, seconds: float, out: 
 def proc_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])
-    import os
-
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -186,7 +192,9 @@ def grid_run(sites: int, signals: str, seconds: float) -> dict[str, float]:
         gateway_sites=(site_name(0),),
     )
     grid = LocalGrid(spec)
-    grid.start(timeout_s=60.0 + 4.0 * sites)
+    t0 = time.monotonic()
+    grid.start(timeout_s=start_deadline_s(sites))
+    start_s = time.monotonic() - t0
     load = BackgroundLoad(grid.gateway_url, spec.model, clients=1).start()
     try:
         pids = {site: child.pid for site, child in grid.operators.items()}
@@ -219,25 +227,39 @@ def grid_run(sites: int, signals: str, seconds: float) -> dict[str, float]:
         "age_p50": ages[len(ages) // 2] if ages else float("nan"),
         "age_max": ages[-1] if ages else float("nan"),
         "silent": float(len(silent)),
+        "start_s": start_s,
     }
 
 
+def start_deadline_s(sites: int) -> float:
+    return 60.0 + 4.0 * sites
+
+
 def grid_table(sizes: list[int], seconds: float, transports: list[str]) -> None:
-    print(f"bench_fleet --grid: real processes, {seconds:g} s measured per grid, ~4 req/s")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"bench_fleet --grid: real processes, {seconds:g} s measured per grid, ~4 req/s "
+        f"(load average at the start: {load})"
+    )
     head = ("sites", "signals", "CPU/op %", "CPU total %", "RSS/op MiB", "age p50 s",
-            "age max s", "silent")  # fmt: skip
+            "age max s", "silent", "start s")  # fmt: skip
     print("".join(f"{h:>12}" for h in head))
     for n in sizes:
         for signals in transports:
+            t0 = time.monotonic()
             try:
                 r = grid_run(n, signals, seconds)
             except GridError as exc:
-                print(f"{n:>12}{signals:>12}  did not come up: {str(exc).splitlines()[0]}")
+                print(
+                    f"{n:>12}{signals:>12}  did not come up in {time.monotonic() - t0:.0f} s "
+                    f"(deadline {start_deadline_s(n):.0f} s): {str(exc).splitlines()[0]}",
+                    flush=True,
+                )
                 continue
             print(
                 f"{n:>12}{signals:>12}{r['cpu_op']:>12.1f}{r['cpu_total']:>12.1f}"
                 f"{r['rss_op']:>12.1f}{r['age_p50']:>12.2f}{r['age_max']:>12.2f}"
-                f"{r['silent']:>12.0f}",
+                f"{r['silent']:>12.0f}{r['start_s']:>12.0f}",
                 flush=True,
             )
 
@@ -246,13 +268,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sites", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--grid", help="real grids of these sizes, e.g. 10,30,60 (mesh and NATS)")
+    ap.add_argument(
+        "--grid",
+        default="none",
+        help="real grids of these sizes (mesh and NATS), e.g. 10,30,60 [none]",
+    )
     ap.add_argument("--transports", default="mesh,nats", help="with --grid: mesh, nats or both")
     args = ap.parse_args()
-    if args.grid:
+    if args.grid != "none":
         sizes = [int(n) for n in args.grid.split(",")]
         grid_table(sizes, args.seconds, args.transports.split(","))
-        return
+    if args.sites > 0:
+        print()
+        simulated_table(args.sites, args.seconds)
+
+
+def simulated_table(sites: int, seconds: float) -> None:
+    """The second table: `sites` simulated publishers, one nats-server, one reader."""
     with (
         tempfile.TemporaryDirectory() as tmp,
         NatsCluster(Path(tmp) / "nats", [], fleet_users=["fleet"]) as nats,
@@ -262,14 +294,12 @@ def main() -> None:
         ctx = mp.get_context("spawn")
         q_read: mp.Queue = ctx.Queue()
         q_pub: mp.Queue = ctx.Queue()
-        reader = ctx.Process(
-            target=_run, args=("read", tmp, nats.urls, args.sites, args.seconds, q_read)
-        )
+        reader = ctx.Process(target=_run, args=("read", tmp, nats.urls, sites, seconds, q_read))
         reader.start()
         time.sleep(1.0)
         pub = ctx.Process(
             target=_run,
-            args=("publish", tmp, nats.urls, args.sites, args.seconds + WARMUP_S, q_pub),
+            args=("publish", tmp, nats.urls, sites, seconds + WARMUP_S, q_pub),
         )
         pub.start()
         r, p = q_read.get(), q_pub.get()
@@ -283,9 +313,7 @@ def main() -> None:
     mesh_bps = float(r["mesh_bytes"])
     nats_cpu = r["cpu_s"] / elapsed
     mesh_cpu = r["mesh_cpu_per_poll"]
-    print(
-        f"bench_fleet: {args.sites} simulated sites, {args.seconds:g} s measured, one nats-server"
-    )
+    print(f"bench_fleet: {sites} simulated sites, {seconds:g} s measured, one nats-server")
     print(f"{'':34}{'NATS':>14}{'mesh (baseline)':>18}{'ratio':>8}")
 
     def row(label: str, nats_v: float, mesh_v: float, fmt: str) -> None:

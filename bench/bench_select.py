@@ -12,6 +12,11 @@ selection group, per picker, at 3 and 100 candidates. "added" is what the picker
 on top of the group walk: route with that picker minus route with `deterministic`
 (for `saturation`, minus the plain `decide(..., saturation)` it wraps). Target: the
 picker adds at most 2 us per decision.
+
+Last, whole requests through the one request flow (`core/flow.py`: first decision,
+one attempt, its answer, the relay), with and without the overlay, so the cost of
+routing overlay requests through the flow (rather than a loop of their own) is a
+number: "flow cost" is the flow minus the decision it wraps, measured in the same run.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from gridroute.core import (
     AvailabilitySettings,
@@ -30,8 +36,12 @@ from gridroute.core import (
     Sample,
     decide,
 )
+from gridroute.core.ejection import Ejections
+from gridroute.core.flow import Answered, request_flow
+from gridroute.core.gridstate import Snapshot
 from gridroute.core.group_route import Group, ModelGroups, OverlayIndex, Slot, build_table, route
 from gridroute.core.groups import Admission
+from gridroute.core.overlay_request import OverlayRequest
 from gridroute.core.pickers import Picker, PickerStates
 
 
@@ -96,6 +106,7 @@ def main() -> None:
             )
 
     overlay_rows(args.n)
+    flow_rows(args.n)
 
 
 def overlay_rows(n_calls: int, reps: int = 7) -> None:
@@ -141,6 +152,75 @@ def overlay_rows(n_calls: int, reps: int = 7) -> None:
             print(
                 f"{n_sites:>5} {picker.value:>13} {us:>12.2f} {us - ref:>9.2f} "
                 f"{base:>11.3f} {us / base:>6.1f}"
+            )
+
+
+@dataclass
+class _Grid:
+    """The `FlowGrid` a gateway is, minus the I/O: snapshot, rng, own load, ejections."""
+
+    snapshot: Snapshot
+    own: OwnLoad
+    rng: random.Random
+    ejections: Ejections = field(default_factory=Ejections)
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return lambda: 1.0
+
+
+def _one_request(grid: _Grid, policy: Policy, overlay: OverlayRequest | None) -> object:
+    flow = request_flow(grid, "m", policy, None, overlay)
+    next(flow)
+    return flow.send(Answered(200))
+
+
+def _flow_variants(grid: _Grid) -> dict[str, Callable[[], object]]:
+    """Each decision alone, and one whole request through the flow around it."""
+    snap, rng, counts = grid.snapshot, grid.rng, grid.own.counts
+    slots = tuple(Slot(v.site, v.provider) for v in snap.views)
+    mg = ModelGroups("m", Picker.ROUND_ROBIN, (Group(0, Admission.NEW_AND_EXISTING, slots),))
+    table = build_table(OverlayIndex(1, "d", {"m": mg}))
+    overlay = OverlayRequest(table, PickerStates())
+    return {
+        "decide first": lambda: decide(snap, "m", rng, Policy.FIRST, counts),
+        "decide gridroute": lambda: decide(snap, "m", rng, Policy.GRIDROUTE, counts),
+        "route roundRobin": lambda: route(table, "m", overlay.states, rng, snapshot=snap),
+        "flow first": lambda: _one_request(grid, Policy.FIRST, None),
+        "flow gridroute": lambda: _one_request(grid, Policy.GRIDROUTE, None),
+        "flow overlay roundRobin": lambda: _one_request(grid, Policy.GRIDROUTE, overlay),
+    }
+
+
+def flow_rows(n_calls: int, reps: int = 7) -> None:
+    """Interleaved and in thread CPU time, as `overlay_rows`."""
+    print(
+        f"\n{'sites':>5} {'request':>22} {'us/request':>11} {'decision us':>12} "
+        f"{'flow cost us':>13}"
+    )
+    for n_sites in (3, 100):
+        state, own = build(n_sites)
+        snap = state.snapshot
+        assert snap is not None
+        grid = _Grid(snap, own, random.Random(7))
+        n = n_calls if n_sites < 100 else max(n_calls // 10, 1000)
+        fns = _flow_variants(grid)
+        best = dict.fromkeys(fns, float("inf"))
+        for _ in range(reps):
+            for name, fn in fns.items():
+                t0 = time.thread_time()
+                for _ in range(n):
+                    fn()
+                best[name] = min(best[name], (time.thread_time() - t0) / n * 1e6)
+        for name, ref in (
+            ("flow first", "decide first"),
+            ("flow gridroute", "decide gridroute"),
+            ("flow overlay roundRobin", "route roundRobin"),
+        ):
+            us = best[name]
+            print(
+                f"{n_sites:>5} {name.removeprefix('flow '):>22} {us:>11.2f} "
+                f"{best[ref]:>12.2f} {us - best[ref]:>13.2f}"
             )
 
 

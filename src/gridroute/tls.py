@@ -75,18 +75,35 @@ def _chain_problem(cert: Pem, key: Pem | None, exc: BaseException) -> Problem:
     return Problem(cert.field, f"cannot load {cert.path}: {_reason(exc)}")
 
 
+def _new_context(
+    purpose: ssl.Purpose, cafile: str | None, context_class: type[ssl.SSLContext]
+) -> ssl.SSLContext:
+    """`ssl.create_default_context(purpose, cafile=cafile)`, of `context_class`."""
+    if context_class is ssl.SSLContext:
+        return ssl.create_default_context(purpose, cafile=cafile)
+    server_auth = purpose is ssl.Purpose.SERVER_AUTH
+    ctx = context_class(ssl.PROTOCOL_TLS_CLIENT if server_auth else ssl.PROTOCOL_TLS_SERVER)
+    if cafile is None:
+        ctx.load_default_certs(purpose)
+    else:
+        ctx.load_verify_locations(cafile)
+    return ctx
+
+
 def load_context(
     files: TLSFiles,
     source: str,
     purpose: ssl.Purpose = ssl.Purpose.SERVER_AUTH,
+    context_class: type[ssl.SSLContext] = ssl.SSLContext,
 ) -> ssl.SSLContext:
-    """`ssl.create_default_context(purpose)` with `files` loaded into it.
+    """`ssl.create_default_context(purpose)` with `files` loaded into it; of
+    `context_class` (a subclass, such as a context that resumes TLS sessions).
 
     Raises `ConfigError` (file `source`) naming the field of the file that is wrong.
     """
     ca = files.ca
     try:
-        ctx = ssl.create_default_context(purpose, cafile=None if ca is None else str(ca.path))
+        ctx = _new_context(purpose, None if ca is None else str(ca.path), context_class)
     except (ssl.SSLError, OSError, ValueError) as exc:
         assert ca is not None  # the system store loads without raising
         if b"-----BEGIN CERTIFICATE-----" not in _head(ca.path):

@@ -1,5 +1,6 @@
 """`gridroute config check` recognises each kind of file and names every problem."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,49 @@ def test_forced_kind_validates_as_that_kind(tmp_path: Path) -> None:
 
 
 def test_schema_of_every_kind() -> None:
-    for kind in ("gateway", "operator", "scenario"):
+    for kind in ("gateway", "operator", "scenario", "control", "overlay"):
         res = CliRunner().invoke(app, ["config", "schema", kind])
         assert res.exit_code == 0 and '"properties"' in res.output
+
+
+def test_an_overlay_file_is_recognised_and_its_errors_name_the_field(tmp_path: Path) -> None:
+    good = tmp_path / "overlay.json"
+    good.write_text(
+        '{"revision": 3, "models": [{"model": "m", "selection_policy": {"picker": "weighted"},'
+        ' "candidates": [{"site": "a", "provider": "a", "selection_group": 0,'
+        ' "traffic_weight": 2}, {"site": "b", "provider": "b", "selection_group": 1}]}]}'
+    )
+    code, out = check(str(good))
+    assert code == 0, out
+    assert out.startswith(f"{good}: ok (routing overlay, revision 3, digest ")
+    assert "m: picker weighted, 2 groups" in out
+    gapped = tmp_path / "gapped.yaml"
+    gapped.write_text(
+        "models:\n  - model: m\n    candidates:\n"
+        "      - {site: a, provider: a, selection_group: 0}\n"
+        "      - {site: b, provider: b, selection_group: 2}\n"
+    )
+    code, out = check(str(gapped))
+    assert code == 2
+    assert out.strip() == (
+        f"{gapped}: models.0.candidates.1.selection_group: capability 'm', group 2: "
+        "selection_group must be contiguous and monotonic (after 0)"
+    )
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("revison: 2\nmodels: [{model: m, selection_policy: {picker: fancy}}]\n")
+    code, out = check(str(typo))
+    assert code == 2
+    assert f"{typo}: revison: Extra inputs are not permitted" in out  # still an overlay
+    assert f"{typo}: models.0.selection_policy.picker: Input should be" in out
+    # A gateway config's `models` (entries with `name`) is still a gateway config.
+    gw = tmp_path / "gw.yaml"
+    gw.write_text("models: [{name: m}]\n")
+    code, out = check(str(gw))
+    assert code == 2 and "sites: Field required" in out
+
+
+def test_the_overlay_schema_is_the_published_one() -> None:
+    res = CliRunner().invoke(app, ["config", "schema", "overlay"])
+    assert res.exit_code == 0
+    published = (Path(__file__).resolve().parents[2] / "docs" / "overlay.schema.json").read_text()
+    assert json.loads(res.output) == json.loads(published)

@@ -1,5 +1,8 @@
-"""An in-memory stand-in for `kubernetes.dynamic.DynamicClient`: server-side apply,
-get by label, delete; and failures on cue."""
+"""An in-memory stand-in for `kubernetes.dynamic.DynamicClient`: server-side apply
+(the status subresource apart: an object's apply keeps its status, a status apply
+changes only that), server-managed generation (moved by a spec change), uid and
+creation time, get by name or label in one namespace or all, finalizers that hold a
+deleted object, delete; and failures on cue."""
 
 from __future__ import annotations
 
@@ -19,6 +22,11 @@ class Resource:
     api_version: str
     kind: str
 
+    @property
+    def status(self) -> Resource:
+        """The status subresource (`resource.status` of the real client)."""
+        return Resource(self.api_version, f"{self.kind}/status")
+
 
 class Resources:
     def get(self, api_version: str, kind: str) -> Resource:
@@ -31,6 +39,7 @@ class FakeDynamicClient:
     applies: list[dict[str, Any]] = field(default_factory=list)
     fail_next: int = 0
     fail_always: bool = False
+    serial: int = 0
     resources: Resources = field(default_factory=Resources)
 
     def _maybe_fail(self) -> None:
@@ -45,24 +54,61 @@ class FakeDynamicClient:
         self._maybe_fail()
         self.applies.append({"kind": resource.kind, "name": name, "namespace": namespace,
                              "force_conflicts": force_conflicts, **kwargs})  # fmt: skip
-        self.objects[(resource.kind, namespace, name)] = copy.deepcopy(body)
-        return body
+        kind, _, sub = resource.kind.partition("/")
+        key = (kind, namespace, name)
+        before = self.objects.get(key)
+        if sub == "status":
+            if before is None:
+                raise ApiError(404, "not found")
+            before["status"] = copy.deepcopy(body.get("status", {}))
+            return copy.deepcopy(before)
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if before is None:
+            self.serial += 1
+            meta.update(generation=1, uid=f"uid-{self.serial}",
+                        creationTimestamp="2026-12-02T00:00:00Z")  # fmt: skip
+        else:
+            old = before["metadata"]
+            changed = before.get("spec") != obj.get("spec")
+            meta.update(generation=old.get("generation", 1) + int(changed), uid=old.get("uid"),
+                        creationTimestamp=old.get("creationTimestamp"))  # fmt: skip
+            if "status" in before and "status" not in obj:
+                obj["status"] = before["status"]
+            if "deletionTimestamp" in old:
+                meta["deletionTimestamp"] = old["deletionTimestamp"]
+        if not meta.get("finalizers"):
+            meta.pop("finalizers", None)
+            if "deletionTimestamp" in meta:  # the last finalizer went: the delete completes
+                self.objects.pop(key, None)
+                return obj
+        self.objects[key] = obj
+        return copy.deepcopy(obj)
 
     def get(self, resource, name=None, namespace=None, label_selector=None, **kwargs):
         self._maybe_fail()
-        key, _, value = (label_selector or "").partition("=")
+        if name is not None:
+            found = self.objects.get((resource.kind, namespace, name))
+            if found is None:
+                raise ApiError(404, "not found")
+            return copy.deepcopy(found)
+        wanted = [p.partition("=") for p in (label_selector or "").split(",") if p]
         items = [
-            o for (kind, ns, _), o in sorted(self.objects.items())
-            if kind == resource.kind and ns == namespace
-            and (not key or o["metadata"].get("labels", {}).get(key) == value)
+            copy.deepcopy(o) for (kind, ns, _), o in sorted(self.objects.items())
+            if kind == resource.kind and (namespace is None or ns == namespace)
+            and all(o["metadata"].get("labels", {}).get(k) == v for k, _, v in wanted)
         ]  # fmt: skip
         return {"items": items}
 
     def delete(self, resource, name=None, namespace=None, **kwargs):
         self._maybe_fail()
-        if (resource.kind, namespace, name) not in self.objects:
+        key = (resource.kind, namespace, name)
+        if key not in self.objects:
             raise ApiError(404, "not found")
-        del self.objects[(resource.kind, namespace, name)]
+        if self.objects[key]["metadata"].get("finalizers"):
+            self.objects[key]["metadata"]["deletionTimestamp"] = "2026-12-02T00:00:01Z"
+            return
+        del self.objects[key]
 
     def kinds(self) -> list[str]:
         return sorted(k for k, _, _ in self.objects)

@@ -4,7 +4,6 @@ bad edits, publisher failure, hand edits, withdrawal and removal."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from pathlib import Path
 
@@ -14,8 +13,10 @@ import yaml
 from gridroute.control import publish_directory
 from gridroute.control.reconcile import Reconciler
 from gridroute.control.store import Store
+from gridroute.core.pickers import Picker
 from gridroute.core.trafficmap import Drain
 from gridroute.core.trafficmap_publication import PublishOutcome
+from gridroute.wire.overlay import parse_overlay
 from tests.wire.crd_schema import crd_schema, errors
 
 from .controlfiles import Clock, seed, write
@@ -241,17 +242,50 @@ def test_routing_disabled_opts_the_service_out(tmp_path: Path) -> None:
     assert [s.outcome for s in run(rec).services] == [PublishOutcome.UNPUBLISHED]
 
 
-def test_overlay_file_carries_the_maps_weights_as_traffic_weight(tmp_path: Path) -> None:
+def test_overlay_file_is_a_routing_overlay_with_the_maps_weights(tmp_path: Path) -> None:
     data = seed()
     data["publish"]["overlay"] = "overlay.json"
     rec = Reconciler(write(tmp_path, data), clock=Clock())
     run(rec)
-    doc = json.loads((tmp_path / "overlay.json").read_text())
-    (svc,) = doc["services"]
-    assert [(c["cluster"], c["traffic_weight"]) for c in svc["candidates"]] == [
-        ("cluster-a", 2), ("cluster-b", 1)
+    overlay = parse_overlay((tmp_path / "overlay.json").read_text())
+    (cap,) = overlay.models
+    assert cap.model == "llama-chat" and cap.picker is Picker.WEIGHTED
+    assert [(c.site, c.selection_group, c.traffic_weight) for c in cap.candidates] == [
+        ("cluster-a", 0, 2), ("cluster-b", 0, 1)
     ]  # fmt: skip
+    assert overlay.revision == 1
     assert cond(the_map(tmp_path), "Published") == ("True", "Published")
+    run(rec)  # nothing changed: same revision, file untouched
+    assert parse_overlay((tmp_path / "overlay.json").read_text()).revision == 1
+
+
+def test_overlay_follows_a_drain_and_keeps_an_invalid_services_last_weights(
+    tmp_path: Path,
+) -> None:
+    data = seed()
+    data["publish"]["overlay"] = "overlay.json"
+    data["services"][0]["model"] = "llama-3-8b"
+    data["services"][0]["homes"][0]["site"] = "east"
+    path = write(tmp_path, data)
+    rec = Reconciler(path, clock=Clock())
+    run(rec)
+    Store(tmp_path / "state").write_drains(
+        "llama-demo", "llama-chat", (Drain("m", "cluster-a", "maintenance"),)
+    )
+    run(rec)
+    overlay = parse_overlay((tmp_path / "overlay.json").read_text())
+    (cap,) = overlay.models
+    assert cap.model == "llama-3-8b" and overlay.revision == 2
+    assert [(c.key, c.selection_group, c.admission_state.value, c.traffic_weight)
+            for c in cap.candidates] == [
+        ("cluster-b/cluster-b", 0, "new_and_existing", 1),
+        ("east/east", 1, "existing_only", 0),
+    ]  # fmt: skip
+    data["services"][0]["routing"] = {"capacityFactors": {"cluster-a": "0"}}
+    write(tmp_path, data)
+    run(rec)  # refused: InvalidOwner, and the overlay keeps the service as it was
+    assert cond(the_map(tmp_path), "Published") == ("False", "InvalidOwner")
+    assert parse_overlay((tmp_path / "overlay.json").read_text()) == overlay
 
 
 @pytest.mark.parametrize(

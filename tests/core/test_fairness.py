@@ -77,8 +77,8 @@ def test_in_the_flow_a_refused_key_is_admitted_before_a_just_served_key() -> Non
     g, fg = full_grid()
     fg.fairness.table.admitted("served", 9.0, S)  # answered just now
     fg.fairness.table.refused("refused", 5.0, S)  # came back after its Retry-After
-    early = request_flow(fg, "m", Policy.GRIDROUTE, None, "served")
-    late = request_flow(fg, "m", Policy.GRIDROUTE, None, "refused")
+    early = request_flow(fg, "m", Policy.GRIDROUTE, client="served")
+    late = request_flow(fg, "m", Policy.GRIDROUTE, client="refused")
     assert isinstance(next(early), Hold) and isinstance(next(late), Hold)
     g.own.end("a/p", 10.5)  # a slot frees: both are woken, the first one first
     fg.now = 10.5
@@ -95,18 +95,18 @@ def test_in_the_flow_a_refused_key_is_admitted_before_a_just_served_key() -> Non
 
 def test_a_new_request_does_not_take_a_free_slot_ahead_of_a_waiter_ranked_first() -> None:
     g, fg = full_grid()
-    waiter = request_flow(fg, "m", Policy.GRIDROUTE, None, "w")
+    waiter = request_flow(fg, "m", Policy.GRIDROUTE, client="w")
     assert isinstance(next(waiter), Hold)
     g.own.end("a/p", 10.0)  # room now, but the waiter has not been woken yet
     fg.fairness.table.admitted("fresh", 10.0, S)
-    newcomer = request_flow(fg, "m", Policy.GRIDROUTE, None, "fresh")
+    newcomer = request_flow(fg, "m", Policy.GRIDROUTE, client="fresh")
     assert isinstance(next(newcomer), Hold)
     assert isinstance(waiter.send(Wake.WOKE), Attempt)
 
 
 def test_a_closed_flow_leaves_the_waiters() -> None:
     _, fg = full_grid()
-    flow = request_flow(fg, "m", Policy.GRIDROUTE, None, "gone")
+    flow = request_flow(fg, "m", Policy.GRIDROUTE, client="gone")
     assert isinstance(next(flow), Hold)
     assert fg.fairness.waiting("m") == 1
     flow.close()  # the client went away
@@ -115,7 +115,7 @@ def test_a_closed_flow_leaves_the_waiters() -> None:
 
 def test_fair_order_off_refuses_at_once_as_before() -> None:
     _, fg = full_grid(fair_order=False)
-    step = next(request_flow(fg, "m", Policy.GRIDROUTE, None, "k"))
+    step = next(request_flow(fg, "m", Policy.GRIDROUTE, client="k"))
     assert isinstance(step, Refuse) and step.decision.outcome is Outcome.SHED
 
 
@@ -151,7 +151,7 @@ def test_retry_after_bounds_out_of_order_name_the_fields() -> None:
 def test_an_answered_flow_counts_one_admission() -> None:
     g = Grid([Site("a", running=0.0, max_running=4.0)], S)
     fg = FakeGrid(g.refresh(1.0), g.own)
-    flow = request_flow(fg, "m", Policy.GRIDROUTE, None, "k")
+    flow = request_flow(fg, "m", Policy.GRIDROUTE, client="k")
     assert isinstance(next(flow), Attempt)
     flow.send(Answered(200))
     assert fg.fairness.table.standing("k", 10.0, S) == pytest.approx(1.0)

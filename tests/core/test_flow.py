@@ -111,6 +111,34 @@ def test_the_retry_decides_on_the_requests_original_snapshot() -> None:
     assert retry.snapshot is original and retry.decision.path is Path.FIRST
 
 
+def all_down() -> FakeGrid:
+    g = Grid([Site("a"), Site("b")])
+    return FakeGrid(g.refresh(1.0, health={"a/p": Health.DOWN, "b/p": Health.DOWN}), g.own)
+
+
+@pytest.mark.parametrize("failure", [f for f, (retried, _) in FAILURES.items() if retried])
+def test_every_site_down_last_resorts_that_fail_refuse_with_503(failure: Failure) -> None:
+    """Seed: with every site judged down the front candidate is tried as a last resort;
+    when it (and the retry) never answer, that is 503 no site + Retry-After, not 502/504."""
+    steps = run_flow(all_down(), [failure, failure])
+    assert [s.decision.path for s in steps if isinstance(s, Attempt)] == [Path.LAST_RESORT] * 2
+    last = steps[-1]
+    assert isinstance(last, GiveUp) and (last.status, last.failure) == (503, failure)
+    assert last.retry_after_s in (3, 4, 5, 6, 7)
+
+
+@pytest.mark.parametrize(
+    ("failure", "status"), [(Failure.READ_TIMEOUT, 504), (Failure.BROKEN, 502)]
+)
+def test_a_last_resort_that_was_reached_keeps_its_gateway_error(
+    failure: Failure, status: int
+) -> None:
+    """A backend that took the request and then timed out may have done the work: 504."""
+    steps = run_flow(all_down(), [failure])
+    last = steps[-1]
+    assert isinstance(last, GiveUp) and last.status == status and last.retry_after_s is None
+
+
 @pytest.mark.parametrize(
     ("sites", "model", "policy", "status", "outcome"),
     [

@@ -216,3 +216,18 @@ def test_weighted_fall_through_into_a_partly_tried_group_stays_in_range() -> Non
         d = route(t, MODEL, PickerStates(), Random(0), tried=frozenset({"a/p", "c/p"}), last="a/p")
         assert d is not None and d.slot is not None
         assert (d.slot.site, d.step) == ("b", Step.FELL_THROUGH)
+
+
+def test_avoided_members_are_skipped_without_counting_as_tried() -> None:
+    t = build_table(_index((NEW, ["a", "b"]), (NEW, ["z"]), picker=Picker.DETERMINISTIC))
+    d = route(t, MODEL, PickerStates(), Random(0), avoid=frozenset({"a/p"}))
+    assert d is not None and d.slot is not None
+    assert (d.slot.site, d.group, d.step) == ("b", 0, Step.FIRST)
+    d = route(t, MODEL, PickerStates(), Random(0), avoid=frozenset({"a/p", "b/p"}))
+    assert d is not None and d.slot is not None
+    assert (d.slot.site, d.group, d.step) == ("z", 1, Step.FIRST)  # group 0 not viable
+    d = route(
+        t, MODEL, PickerStates(), Random(0), session=True, bound="a/p", avoid=frozenset({"a/p"})
+    )
+    assert d is not None and d.slot is not None
+    assert (d.slot.site, d.affinity) == ("b", Affinity.FAILED_OVER)

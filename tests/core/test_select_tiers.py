@@ -236,6 +236,7 @@ def test_paths_and_reasons_are_bounded_label_values() -> None:
         "affinity",
         "borrow",
         "first",
+        "overlay",
         "fallback",
         "last_resort",
         "shed",

@@ -32,13 +32,15 @@ MODEL = "m"
 class Process:
     """A `gridroute` verb (maybe inside a namespace) and the URL it said it listens on."""
 
-    def __init__(self, argv: list[str], timeout: float = 90.0) -> None:
+    def __init__(
+        self, argv: list[str], timeout: float = 90.0, env: dict[str, str] | None = None
+    ) -> None:
         self.popen = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
         self.lines: list[str] = []
         self.url = ""
@@ -85,7 +87,22 @@ class Process:
         self._close_pipe()
 
 
-def fake_site(link: NetnsLink | ProxyLink, name: str, *extra: str) -> tuple[Process, str]:
+class Loopback:
+    """A site on plain loopback, never cut."""
+
+    kind = "loopback"
+    bind_host = "127.0.0.1"
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return argv
+
+    def target(self, port: int) -> str:
+        return f"http://127.0.0.1:{port}"
+
+
+def fake_site(
+    link: NetnsLink | ProxyLink | Loopback, name: str, *extra: str
+) -> tuple[Process, str]:
     """A fake model server for `name` behind `link`; returns it and the gateway's URL."""
     argv = [EXE, "fake-server", "--host", link.bind_host, "--port", "0"]
     argv += ["--model", MODEL, "--name", name, "--service-ms", "20", "--tokens", "4", *extra]
@@ -93,7 +110,9 @@ def fake_site(link: NetnsLink | ProxyLink, name: str, *extra: str) -> tuple[Proc
     return proc, link.target(proc.port)
 
 
-def gateway(tmp: Path, sites: dict[str, str], **extra: Any) -> Process:
+def gateway(
+    tmp: Path, sites: dict[str, str], env: dict[str, str] | None = None, **extra: Any
+) -> Process:
     cfg = {
         "listen": "127.0.0.1:0",
         "local_site": next(iter(sites)),
@@ -107,7 +126,37 @@ def gateway(tmp: Path, sites: dict[str, str], **extra: Any) -> Process:
     }
     path = tmp / "gateway.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return Process([EXE, "gateway", "--config", str(path)])
+    return Process([EXE, "gateway", "--config", str(path)], env=env)
+
+
+def operator(
+    tmp: Path,
+    site: str,
+    fake_url: str,
+    peers: dict[str, str],
+    port: int = 0,
+    env: dict[str, str] | None = None,
+) -> Process:
+    """A site operator scraping `fake_url` and polling `peers`, on loopback (plain HTTP)."""
+    cfg = {
+        "site": site,
+        "listen": f"127.0.0.1:{port}",
+        "scrapeIntervalSeconds": 0.25,
+        "peerPollIntervalSeconds": 0.25,
+        "providers": [
+            {
+                "name": site,
+                "models": [MODEL],
+                "backendUrl": fake_url,
+                "maxRunning": 8,
+                "metricsConfig": {"endpoint": fake_url + "/metrics", "format": "vllm"},
+            }
+        ],
+        "peers": [{"site": s, "url": u} for s, u in peers.items()],
+    }
+    path = tmp / f"operator-{site}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return Process([EXE, "operator", "--config", str(path)], env=env)
 
 
 @contextlib.contextmanager
@@ -149,6 +198,8 @@ class Tally:
 
 
 _CODES = {429: "capacity_exhausted", 503: "no_healthy_site", 502: "upstream_unreachable"}
+_RETRY_LATER = frozenset({"capacity_exhausted", "no_healthy_site"})
+"""Refusals that must carry a Retry-After (the seed's error table)."""
 
 
 async def one(
@@ -177,6 +228,8 @@ async def one(
                 assert set(err) >= {"message", "type", "code"}, err
                 expected = _CODES.get(r.status)
                 assert expected is None or err["code"] == expected, (r.status, err)
+                if err["code"] in _RETRY_LATER:
+                    assert r.headers.get("Retry-After", "").isdigit(), dict(r.headers)
                 tally.refused[f"{r.status} {err['code']}"] += 1
     except TimeoutError:
         tally.failed["hung_past_deadline"] += 1

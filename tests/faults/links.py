@@ -4,7 +4,8 @@
 host by a veth pair (iproute2); `cut()` takes the host end down, so the site vanishes
 from the gateway's network as a pulled cable does. It needs root and `ip netns`.
 `ProxyLink` is the fallback: a small asyncio TCP proxy on loopback the test controls;
-`cut()` closes every connection through it and refuses new ones.
+`cut()` closes every connection through it and refuses new ones; `delay_s` holds
+every chunk (a slow link) and `let_one()` lets one connection through a cut.
 
 `open_link(i)` returns a namespace link where namespaces work and a proxy otherwise;
 `MECHANISM` says which one this run used (the report prints it).
@@ -102,6 +103,11 @@ class ProxyLink:
         self.index = index
         self.upstream: tuple[str, int] | None = None
         self._up = True
+        self.delay_s = 0.0
+        """Each chunk waits this long before it is forwarded (a slow link, in order)."""
+        self._pass_one = False
+        self.passed = 0
+        """Connections let through a cut by `let_one`."""
         self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -121,11 +127,25 @@ class ProxyLink:
 
         self._loop.run_until_complete(start())
         self._loop.run_forever()
+        # stopped by close(): free the listener, every connection and the loop itself
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._writers):
+            w.transport.abort()
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self._up or self.upstream is None:
+        one_shot = not self._up and self._pass_one
+        if (not self._up and not one_shot) or self.upstream is None:
             writer.transport.abort()
             return
+        if one_shot:
+            self._pass_one = False
+            self.passed += 1
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -136,8 +156,13 @@ class ProxyLink:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while chunk := await src.read(65536):
+                    if self.delay_s:
+                        await asyncio.sleep(self.delay_s)
                     dst.write(chunk)
                     await dst.drain()
+                    if one_shot and dst is writer:  # the answer is through: cut again
+                        self._loop.call_later(0.1, writer.transport.abort)
+                        self._loop.call_later(0.1, up_writer.transport.abort)
             except (ConnectionError, OSError):
                 pass
             finally:
@@ -167,6 +192,11 @@ class ProxyLink:
 
     def heal(self) -> None:
         self._loop.call_soon_threadsafe(setattr, self, "_up", True)
+
+    def let_one(self) -> None:
+        """While cut, let the next connection through for one answer, then cut it (a
+        lossy link where one poll gets through)."""
+        self._loop.call_soon_threadsafe(setattr, self, "_pass_one", True)
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -323,7 +323,12 @@ def test_spans_carry_the_bounded_decision_attributes(tmp_path: Path) -> None:
             g.gw.tracer = RequestTracer(provider.get_tracer("test"))
             await _post(g, "sess")
             await _post(g)
-        first, second = exporter.get_finished_spans()
+        spans = exporter.get_finished_spans()
+        first, second = (s for s in spans if s.name == "gridroute.route")
+        # The one flow gives overlay requests a span per attempt too, on the chosen site.
+        tried = [s for s in spans if s.name == "gridroute.attempt"]
+        assert [dict(s.attributes or {})["grid.site"] for s in tried] == ["a", "b"]
+        assert all(s.parent is not None for s in tried)
         a1, a2 = dict(first.attributes or {}), dict(second.attributes or {})
         assert (a1["grid.provider"], a1["grid.group"], a1["grid.picker"]) == (
             "a/a",
@@ -368,5 +373,28 @@ def test_weighted_split_is_exact_and_weight_changes_keep_bindings(tmp_path: Path
             assert (r.headers["x-grid-provider"], r.headers["x-grid-affinity"]) == ("b/b", "reused")
             news = {(await _post(g, f"t{i}")).headers["x-grid-provider"] for i in range(4)}
             assert news == {"a/a"}  # weight 0: no new picks
+
+    run(scenario)
+
+
+def test_a_dead_group_member_is_ejected_by_the_one_flow_and_then_skipped(tmp_path: Path) -> None:
+    f = tmp_path / "overlay.json"
+    f.write_text(_overlay([["a", "b"]], picker="deterministic"))
+
+    async def scenario() -> None:
+        sites: dict[str, Any] = {"a": _dead_url(), "b": fake("b")}
+        async with running_grid(sites, overlay=_overlay_cfg(f)) as g:
+            reg = g.gw.metrics.registry
+            for _ in range(5):  # a refuses the connection every time: retried on b
+                r = await _post(g)
+                assert (r.status_code, r.headers["x-grid-step"]) == (200, "in_group")
+            labels = {"site": "a", "cluster": "a"}
+            assert reg.get_sample_value("grid_route_ejections_total", labels) == 1
+            retries = reg.get_sample_value(
+                "grid_route_retries_total", {"site": "a", "reason": "connect_failed"}
+            )
+            assert retries == 5
+            r = await _post(g)  # ejected: b is the group's first viable member now
+            assert (r.headers["x-grid-provider"], r.headers["x-grid-step"]) == ("b/b", "first")
 
     run(scenario)

@@ -15,7 +15,7 @@ import aiohttp
 import openai
 import pytest
 
-from gridroute.core import Sample
+from gridroute.core import Health, Sample
 from tests.gateway.backends import breaking_app, closed_port, echo_app, serve, stalling_app
 from tests.gateway.harness import MODEL, eventually, fake, run, running_grid
 
@@ -221,6 +221,32 @@ def test_connect_failure_with_nowhere_else_answers_502() -> None:
                 await g.client().chat.completions.create(model=MODEL, messages=CHAT)
             assert err.value.status_code == 502
             assert err.value.code == "upstream_unreachable"
+            assert g.in_flight() == 0
+
+    run(scenario)
+
+
+def test_every_site_down_answers_503_no_healthy_site_with_retry_after() -> None:
+    """Seed error table: with every site judged down the front candidate is tried as a
+    last resort (and the retry elsewhere); when neither answers, 503 + Retry-After."""
+
+    async def scenario() -> None:
+        health = {"enabled": True, "interval_s": 0.02, "rise": 2, "fall": 2}
+        async with running_grid({"a": closed_port(), "b": closed_port()}, health=health) as g:
+            current = g.gw.current
+            for key in ("a/a", "b/b"):
+                await eventually(lambda key=key: current.health.get(key) is Health.DOWN)
+            async with aiohttp.ClientSession() as http:
+                body = {"model": MODEL, "messages": CHAT}
+                async with http.post(g.url + "/v1/chat/completions", json=body) as r:
+                    assert r.status == 503
+                    assert r.headers["Retry-After"] in {"3", "4", "5", "6", "7"}
+                    err = (await r.json())["error"]
+            assert (err["type"], err["code"]) == ("server_error", "no_healthy_site")
+            reg = g.gw.metrics.registry
+            tried = samples(reg, "grid_route_retries_total", site="a", reason="connect_failed")
+            tried += samples(reg, "grid_route_retries_total", site="b", reason="connect_failed")
+            assert tried == 1  # the last resort was tried, then the retry, then refused
             assert g.in_flight() == 0
 
     run(scenario)

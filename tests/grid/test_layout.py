@@ -101,13 +101,21 @@ def test_availability_overrides_reach_the_gateway() -> None:
 
 def test_nats_signals_make_publishers_without_peers_and_a_subscribing_gateway() -> None:
     spec = GridSpec(signals="nats")
-    addrs = Addresses(ADDRS.backends, ADDRS.operators, ("nats://127.0.0.1:4222",), Path("/pw"))
+
+    def tls(user: str) -> dict[str, str]:
+        return {"caFile": "/c/ca.crt", "certFile": f"/c/{user}.crt", "keyFile": f"/c/{user}.key"}
+
+    tls_of = {u: tls(u) for u in ("hub", "west", "east", "gateway")}
+    addrs = Addresses(ADDRS.backends, ADDRS.operators, ("tls://127.0.0.1:4222",), tls_of)
     op = parse_config(operator_config(spec, spec.sites[1], addrs, CERTS), "west")
     assert op.peers == [] and op.signals.transport.value == "nats"
-    assert op.signals.nats is not None and op.signals.nats.user == "west"
-    assert op.signals.nats.password_file == Path("/pw/west.pw")
+    # Each process is identified to the server by its client certificate, not a password.
+    assert op.signals.nats is not None and op.signals.nats.user is None
+    assert op.signals.nats.tls is not None
+    assert op.signals.nats.tls.cert_file == Path("/c/west.crt")
     gw = GatewayConfig.model_validate(gateway_config(spec, "hub", addrs, CERTS))
-    assert gw.signals.nats is not None and gw.signals.nats.user == "gateway"
-    assert gw.signals.nats.servers == ["nats://127.0.0.1:4222"]
+    assert gw.signals.nats is not None and gw.signals.nats.tls is not None
+    assert gw.signals.nats.tls.cert_file == Path("/c/gateway.crt")
+    assert gw.signals.nats.servers == ["tls://127.0.0.1:4222"]
     with pytest.raises(ValueError, match="signals: mesh or nats"):
         GridSpec(signals="carrier-pigeon")

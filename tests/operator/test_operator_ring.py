@@ -135,7 +135,14 @@ def test_peer_stopped_and_started_again_logs_once_each_way(
     async def body(ops: dict[str, Operator]) -> None:
         hub, west = ops["hub"], ops["west"]
         (to_west,) = [c for c in hub.peers if c.target == "west"]
-        await until(lambda: to_west.latest is not None and to_west.latest.result == "ok", "ok")
+        await until(
+            lambda: (
+                to_west.latest is not None
+                and to_west.latest.result == "ok"
+                and "west/pool" in hub.store.latest()
+            ),  # a poll that carried west's rows
+            "ok",
+        )
         caplog.clear()  # forget polls made while the ring was still starting
         await west.stop()
         before = hub.rounds

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gridroute.operator.certs import _write, init_certs, make_site_cert
+from gridroute.operator.certs import init_certs, make_site_cert, write_leaf
 from gridroute.operator.config import TLSFiles, client_files, parse_config
 from gridroute.operator.peer_access import PeerVerdict, judge
 from gridroute.operator.service import Operator
@@ -41,7 +41,7 @@ def pki(tmp_path: Path) -> Path:
     ca = init_certs(tmp_path, ["hub", "west"])
     (tmp_path / "foreign").mkdir()
     key, cert = make_site_cert(ca, "west", "evil.example", client=True)
-    _write(tmp_path / "foreign" / "client", key, cert)
+    write_leaf(tmp_path / "foreign" / "client", key, cert)
     return tmp_path
 
 

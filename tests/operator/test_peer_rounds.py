@@ -12,7 +12,7 @@ from operator_fixtures import MetricsServer, free_port, operator_config, vllm_pa
 from prometheus_client import CollectorRegistry
 
 from gridroute.core import Sample
-from gridroute.operator.peer_rounds import PeerRounds, SkipMetrics, backoff_rounds
+from gridroute.operator.peer_rounds import PeerRounds, SkipMetrics, backoff_rounds, overloaded
 from gridroute.operator.service import Operator
 from gridroute.operator.store import RelayStore
 from gridroute.relay.poller import PollLimits, PollMetrics, PollResult, SignalsClient
@@ -94,9 +94,9 @@ def test_a_frozen_peer_delays_nobody_and_is_not_polled_again_while_in_flight() -
                 assert east.requests == 1  # never a second poll, so never a new connection
                 assert west.requests == 4
                 assert skipped(registry, "east", "in_flight") == 3
-                # Rounds that overran stretch the interval, up to 3x.
-                assert rounds.stretch == 3.0
-                assert registry.get_sample_value("grid_signals_poll_interval_stretch") == 3.0
+                # One frozen peer of two is not overload: the interval keeps its length.
+                assert rounds.stretch == 1.0
+                assert registry.get_sample_value("grid_signals_poll_interval_stretch") == 1.0
                 # East is judged at every round end all the same: it can go silent.
                 assert store.round_ends["east"] > first_end
             finally:
@@ -105,6 +105,76 @@ def test_a_frozen_peer_delays_nobody_and_is_not_polled_again_while_in_flight() -
                     await c.close()
 
     asyncio.run(scenario())
+
+
+def test_one_frozen_peer_among_healthy_ones_costs_only_its_own_poll() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        metrics = PollMetrics(registry)
+        store = RelayStore("hub")
+        healthy = [Peer(f"site{i}") for i in range(4)]
+        frozen = Peer("frozen", delay_s=30.0)
+        for p in [*healthy, frozen]:
+            await p.__aenter__()
+        clients = [client(p.site, p.port, metrics) for p in [*healthy, frozen]]
+        rounds = rounds_over(clients, store, registry)
+        try:
+            for n in range(1, 6):
+                await rounds.round()
+                # Every healthy peer is polled, and stored, every round, at the
+                # configured interval: the frozen one stretches nothing.
+                assert [p.requests for p in healthy] == [n] * 4
+                assert all(f"{p.site}/p" in store.latest() for p in healthy)
+                assert rounds.stretch == 1.0
+            assert frozen.requests == 1
+            assert skipped(registry, "frozen", "in_flight") == 4
+            assert "frozen/p" not in store.latest()
+        finally:
+            await rounds.close()
+            for c in clients:
+                await c.close()
+            for p in [*healthy, frozen]:
+                await p.__aexit__()
+
+    asyncio.run(scenario())
+
+
+def test_rounds_stretch_when_most_polls_overrun() -> None:
+    async def scenario() -> None:
+        registry = CollectorRegistry()
+        metrics = PollMetrics(registry)
+        store = RelayStore("hub")
+        healthy = Peer("quick")
+        slow = [Peer(f"slow{i}", delay_s=30.0) for i in range(3)]
+        for p in [healthy, *slow]:
+            await p.__aenter__()
+        clients = [client(p.site, p.port, metrics) for p in [healthy, *slow]]
+        rounds = rounds_over(clients, store, registry)
+        try:
+            seen = []
+            for _ in range(3):
+                await rounds.round()
+                seen.append(rounds.stretch)
+            # Three of four polls still running at each deadline: that is overload,
+            # so the interval doubles, up to 3x.
+            assert seen == [2.0, 3.0, 3.0]
+            assert registry.get_sample_value("grid_signals_poll_interval_stretch") == 3.0
+        finally:
+            await rounds.close()
+            for c in clients:
+                await c.close()
+            for p in [healthy, *slow]:
+                await p.__aexit__()
+
+    asyncio.run(scenario())
+
+
+def test_overload_is_most_of_the_waited_polls_overrunning() -> None:
+    assert not overloaded(waited=0, running=0)
+    assert not overloaded(waited=10, running=1)  # one frozen peer among healthy ones
+    assert not overloaded(waited=2, running=1)  # half is not most
+    assert overloaded(waited=3, running=2)
+    assert overloaded(waited=1, running=1)  # a single peer: nothing to compare it with
 
 
 def test_the_stretch_goes_back_once_rounds_complete_in_time() -> None:

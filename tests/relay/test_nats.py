@@ -1,7 +1,9 @@
 """The NATS transport against a real nats-server on loopback: rows, identity, pauses.
 
 Each test starts its own server (or a three-node cluster) with one user per site that
-may publish only on its own subject, and a reader user for gateways.
+may publish only on its own subject, and a reader user for gateways. Every client is
+identified by its TLS client certificate, made at test time (`verify_and_map`: the
+certificate's SPIFFE id is the NATS user), as a deployment would run it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gridroute.core import Sample
-from gridroute.grid.nats_server import READER, NatsCluster, nats_server_binary, password_of
+from gridroute.grid.nats_server import READER, NatsCluster, nats_server_binary
+from gridroute.operator.certs import init_certs, load_ca, make_site_cert, write_leaf
 from gridroute.relay.nats_link import NatsLink, SignalsTransport, Transport
 from gridroute.relay.nats_publisher import NatsPublisher, PublishMetrics
 from gridroute.relay.nats_source import NatsSignalsSource
@@ -29,11 +32,20 @@ pytestmark = pytest.mark.skipif(
 SITES = ["west", "east"]
 
 
-def link(tmp: Path, urls: list[str], user: str) -> NatsLink:
-    pw = tmp / f"{user}.pw"
-    pw.write_text(password_of(user) + "\n")
-    return NatsLink(
-        servers=urls, user=user, password_file=pw, reconnect_wait_s=0.1, flush_timeout_s=0.5
+def cluster(tmp: Path, sites: list[str], size: int = 1) -> NatsCluster:
+    """A cluster whose users are identified by client certificates made now."""
+    init_certs(tmp / "certs", sites)
+    return NatsCluster(tmp / "nats", sites, size=size, certs=tmp / "certs")
+
+
+def link(nats: NatsCluster, user: str, urls: list[str] | None = None) -> NatsLink:
+    return NatsLink.model_validate(
+        {
+            "servers": nats.urls if urls is None else urls,
+            "tls": nats.client_tls(user),
+            "reconnect_wait_s": 0.1,
+            "flush_timeout_s": 0.5,
+        }
     )
 
 
@@ -51,17 +63,21 @@ def body(site: str, *, running: float, at: float | None = None, label: str | Non
 
 
 def publisher(
-    tmp: Path, urls: list[str], site: str, subject_site: str | None = None
+    nats: NatsCluster,
+    site: str,
+    subject_site: str | None = None,
+    urls: list[str] | None = None,
 ) -> NatsPublisher:
+    """A publisher with `site`'s certificate, on `subject_site`'s subject."""
     return NatsPublisher(
-        link(tmp, urls, site),
+        link(nats, site, urls),
         subject_site or site,
         metrics=PublishMetrics(CollectorRegistry()),
     )
 
 
-def source(tmp: Path, urls: list[str]) -> NatsSignalsSource:
-    return NatsSignalsSource(link(tmp, urls, READER), metrics=PollMetrics(CollectorRegistry()))
+def source(nats: NatsCluster, urls: list[str] | None = None) -> NatsSignalsSource:
+    return NatsSignalsSource(link(nats, READER, urls), metrics=PollMetrics(CollectorRegistry()))
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
@@ -77,9 +93,9 @@ def run(coro: Callable[[], Awaitable[None]]) -> None:
 
 def test_each_site_publishes_its_rows_and_a_reader_gets_every_site(tmp_path: Path) -> None:
     async def scenario() -> None:
-        with NatsCluster(tmp_path / "nats", SITES) as nats:
-            src = source(tmp_path, nats.urls)
-            pubs = {s: publisher(tmp_path, nats.urls, s) for s in SITES}
+        with cluster(tmp_path, SITES) as nats:
+            src = source(nats)
+            pubs = {s: publisher(nats, s) for s in SITES}
             try:
                 first = await src.poll()  # connects and subscribes
                 assert first.result is PollResult.OK
@@ -113,17 +129,19 @@ def test_a_site_cannot_publish_for_another_and_rows_must_match_the_subject(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        with NatsCluster(tmp_path / "nats", SITES) as nats:
-            src = source(tmp_path, nats.urls)
-            liar = publisher(tmp_path, nats.urls, "west", subject_site="east")  # west's creds
-            west = publisher(tmp_path, nats.urls, "west")
+        with cluster(tmp_path, SITES) as nats:
+            src = source(nats)
+            liar = publisher(nats, "west", subject_site="east")  # west's certificate
+            west = publisher(nats, "west")
             try:
                 await src.poll()
-                # The server refuses west publishing on east's subject.
+                # The server refuses west's certificate publishing on east's subject,
+                # and the reader never sees the message.
                 await liar.publish(body("east", running=7.0))
                 await liar.flush()
                 await until(lambda: _true(bool(liar.refusals)))
                 assert "permissions violation" in liar.refusals[-1].lower()
+                assert '"gridroute.signals.east"' in liar.refusals[-1]
                 # West's own subject, but rows that claim to be east's: dropped by the reader.
                 await west.publish(body("west", running=1.0, label="east"))
                 await west.publish(body("west", running=2.0))
@@ -151,12 +169,57 @@ async def _true(value: bool) -> bool:
     return value
 
 
+def test_a_certificate_that_maps_to_no_site_is_refused_and_never_blocks(tmp_path: Path) -> None:
+    """Identity is the certificate: one from the right CA naming a site the server does
+    not know, or a site's certificate signed by another CA, never publishes anything;
+    the publisher reports `disconnected` at once instead of waiting for a server."""
+
+    async def scenario() -> None:
+        with cluster(tmp_path, SITES) as nats:
+            stranger = tmp_path / "stranger"
+            stranger.mkdir()
+            ca = load_ca(tmp_path / "certs")
+            write_leaf(
+                stranger / "client", *make_site_cert(ca, "north", "gridroute.local", client=True)
+            )
+            init_certs(tmp_path / "foreign", ["west"])  # another CA, the same site name
+            for cert_dir in (stranger, tmp_path / "foreign" / "west"):
+                tls = {
+                    **nats.client_tls("west"),
+                    "certFile": str(cert_dir / "client.crt"),
+                    "keyFile": str(cert_dir / "client.key"),
+                }
+                metrics = PublishMetrics(CollectorRegistry())
+                bad = NatsPublisher(
+                    NatsLink.model_validate(
+                        {"servers": nats.urls, "tls": tls, "connect_timeout_s": 0.5}
+                    ),
+                    "west",
+                    metrics=metrics,
+                )
+                try:
+                    for _ in range(3):
+                        assert not await bad.publish(body("west", running=1.0))
+                    assert metrics.published.labels("disconnected")._value.get() == 3
+                    assert bad.refusals  # the server said why (an authorization violation
+                    # for the stranger, a failed handshake for the foreign CA)
+                finally:
+                    await bad.close()
+            west = publisher(nats, "west")  # west's own certificate is accepted
+            try:
+                assert await west.publish(body("west", running=1.0))
+            finally:
+                await west.close()
+
+    run(scenario)
+
+
 def test_a_lost_server_is_a_failed_read_and_the_reader_comes_back(tmp_path: Path) -> None:
     async def scenario() -> None:
-        nats = NatsCluster(tmp_path / "nats", SITES)
+        nats = cluster(tmp_path, SITES)
         nats.start()
-        src = source(tmp_path, nats.urls)
-        pub = publisher(tmp_path, nats.urls, "west")
+        src = source(nats)
+        pub = publisher(nats, "west")
         try:
             assert (await src.poll()).result is PollResult.OK
             nats.stop()
@@ -181,9 +244,9 @@ def test_a_lost_server_is_a_failed_read_and_the_reader_comes_back(tmp_path: Path
 
 def test_a_three_node_cluster_survives_one_node_killed_and_restored(tmp_path: Path) -> None:
     async def scenario() -> None:
-        with NatsCluster(tmp_path / "nats", SITES, size=3) as nats:
-            src = source(tmp_path, nats.urls[:1] + nats.urls[1:])  # connects to node 0 first
-            pub = publisher(tmp_path, nats.urls[2:] + nats.urls[:2], "west")  # node 2 first
+        with cluster(tmp_path, SITES, size=3) as nats:
+            src = source(nats, nats.urls[:1] + nats.urls[1:])  # connects to node 0 first
+            pub = publisher(nats, "west", urls=nats.urls[2:] + nats.urls[:2])  # node 2 first
 
             async def value_seen(v: float) -> bool:
                 await pub.publish(body("west", running=v))
@@ -214,8 +277,8 @@ def test_the_core_judges_sites_from_nats_as_from_the_mesh(tmp_path: Path) -> Non
     from tests.operator.operator_fixtures import free_port, operator_config, vllm_provider
 
     async def scenario() -> None:
-        with NatsCluster(tmp_path / "nats", ["a", "b"]) as nats:
-            reader = link(tmp_path, nats.urls, READER)
+        with cluster(tmp_path, ["a", "b"]) as nats:
+            reader = link(nats, READER)
 
             def op_for(site: str, metrics_port: int) -> Operator:
                 cfg = operator_config(
@@ -224,9 +287,7 @@ def test_the_core_judges_sites_from_nats_as_from_the_mesh(tmp_path: Path) -> Non
                     certs=None,
                     providers=[{**vllm_provider(site, metrics_port), "models": [MODEL]}],
                 )
-                signals = SignalsTransport(
-                    transport=Transport.NATS, nats=link(tmp_path, nats.urls, site)
-                )
+                signals = SignalsTransport(transport=Transport.NATS, nats=link(nats, site))
                 return Operator(cfg.model_copy(update={"signals": signals}))
 
             async with running_grid(

@@ -27,6 +27,7 @@ import yaml
 if TYPE_CHECKING:
     from gridroute.control.reconcile import PassResult
     from gridroute.control.store import Store
+    from gridroute.wire.trafficmap import TrafficMap
 
 STORE_ENV = "GRIDROUTE_STORE"
 
@@ -70,11 +71,23 @@ def _store(store: Path | None, config: Path | None) -> Store:
     path = config or Path("control.yaml")
     if config is None and not path.exists():
         raise _fail("no store: give --store DIR or --config control.yaml (or GRIDROUTE_STORE)", 2)
+    from gridroute.control.store import StoreError
+    from gridroute.control.store_kubernetes import StoreOpener
+
     try:
-        loaded = load(path)
-    except ControlConfigError as exc:
+        return StoreOpener()(load(path))
+    except (ControlConfigError, StoreError) as exc:
         raise _fail(str(exc), 2) from None
-    return Store(loaded.path(loaded.config.store))
+
+
+def _maps(store: Path | None, config: Path | None) -> list[TrafficMap]:
+    """Every stored map; a store that cannot be reached exits 2 with why."""
+    from gridroute.control.store import StoreError
+
+    try:
+        return _store(store, config).maps()
+    except StoreError as exc:
+        raise _fail(str(exc), 2) from None
 
 
 @trafficmap_app.command("get")
@@ -90,7 +103,7 @@ def get(
 
     maps = [
         m
-        for m in _store(store, config).maps()
+        for m in _maps(store, config)
         if (name is None or m.metadata.name == name)
         and (namespace is None or m.metadata.namespace == namespace)
     ]
@@ -130,7 +143,7 @@ def describe_command(
 
     maps = [
         m
-        for m in _store(store, config).maps()
+        for m in _maps(store, config)
         if m.metadata.name == name and namespace in (None, m.metadata.namespace)
     ]
     if not maps:
@@ -194,6 +207,57 @@ def reconcile(
         await reconciler.run(stop, changed)
 
     asyncio.run(forever())
+
+
+@trafficmap_app.command("publish")
+def publish(
+    paths: Annotated[
+        list[Path], typer.Argument(help="TrafficMap object files or directories (YAML, JSON).")
+    ],
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="control.yaml: publishers, store, no services")
+    ],
+    once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
+) -> None:
+    """Publish maps someone else writes (OME, GitOps) and write their status back."""
+    from gridroute.config import ConfigError
+    from gridroute.control.map_publisher import MapPublisher
+    from gridroute.control.reconcile import PassResult
+    from gridroute.core.trafficmap_publication import PublishOutcome
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        publisher = MapPublisher(config, paths)
+    except ConfigError as exc:
+        raise _fail(str(exc), 2) from None
+    failed = {PublishOutcome.INVALID_OWNER, PublishOutcome.APPLY_FAILED,
+              PublishOutcome.INVALID_PLAN, PublishOutcome.UNPUBLISH_FAILED}  # fmt: skip
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    last: dict[str, str] = {}
+    while True:
+        results, errors = publisher.run_once()
+        for err in errors:
+            typer.echo(err, err=True)
+        for s in results:
+            line = f"{s.outcome.value} {s.weights}"
+            if once or last.get(f"{s.namespace}/{s.name}") != line:
+                last[f"{s.namespace}/{s.name}"] = line
+                _print_pass(PassResult((s,), ()))
+        if once:
+            bad = errors or any(s.outcome in failed for s in results)
+            raise typer.Exit(1 if bad else 0)
+        deadline = time.monotonic() + publisher.loaded.config.reconcile_interval_seconds
+        while not stop and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if stop:
+            return
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ capacityFactors[cluster-a]: must be positive (got '0')`.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -150,6 +151,19 @@ class HomeConfig(_Model):
     """Static ready count; with `operator`, the live count replaces it."""
     operator: OperatorRef | None = None
     decoder: Component | None = None
+    site: str | None = Field(None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """The gateway's `sites[].name` that reaches this home, for the overlay publisher.
+    Default: the cluster name."""
+    provider: str | None = Field(None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    """The gateway's `sites[].provider` for this home. Default: the operator's provider,
+    else the site."""
+
+    @property
+    def backend(self) -> tuple[str, str]:
+        """(site, provider) of the gateway backend for this home."""
+        site = self.site or self.cluster
+        default = self.operator.provider if self.operator is not None else site
+        return site, self.provider or default
 
     @model_validator(mode="after")
     def _counted(self) -> HomeConfig:
@@ -170,6 +184,8 @@ class ServiceConfig(_Model):
     name: Name
     namespace: Name = "default"
     mode: Mode = Mode.SPLIT
+    model: str | None = Field(None, min_length=1)
+    """The model name clients send (the overlay's capability). Default: the name."""
     global_host: str | None = None
     """The service's global hostname (the `ome.io/global-host` annotation)."""
     routing: Routing = Routing()
@@ -204,6 +220,39 @@ class KubernetesPublish(_Model):
     field_manager: str = "gridroute-trafficmap"
 
 
+class GatewayAddress(_Model):
+    """One of a Gateway's `status.addresses` (Gateway API `GatewayStatusAddress`)."""
+
+    type: Literal["IPAddress", "Hostname"] = "IPAddress"
+    value: str = Field(min_length=1, max_length=253)
+
+    @model_validator(mode="after")
+    def _ip(self) -> GatewayAddress:
+        if self.type == "IPAddress":
+            try:
+                ipaddress.ip_address(self.value)
+            except ValueError:
+                raise ValueError(f"not an IP address: {self.value!r}") from None
+        return self
+
+
+class WorkloadGateway(_Model):
+    """A workload cluster's own Gateway, the one its homes' endpoints are served by:
+    EndpointSlice backends copy the IP addresses of its `status.addresses`."""
+
+    addresses: list[GatewayAddress] | None = None
+    """The addresses, given here."""
+    file: Path | None = None
+    """A Gateway object file (`kubectl get gateway NAME -o yaml` of the workload cluster),
+    read on every pass; relative to this file."""
+
+    @model_validator(mode="after")
+    def _one(self) -> WorkloadGateway:
+        if (self.addresses is None) == (self.file is None):
+            raise ValueError("give exactly one of addresses and file")
+        return self
+
+
 class Publish(_Model):
     """Where routes go; the four route fields mirror OME's publisher options."""
 
@@ -220,6 +269,15 @@ class Publish(_Model):
     route_namespace: Name | None = None
     rewrite_hostname: bool = False
     backend_tls: BackendTLS = Field(BackendTLS(), alias="backendTLS")
+    backend_type: Literal["ExternalName", "EndpointSlice"] = "ExternalName"
+    """ExternalName Services (OME's), or the EndpointSlice fallback for a global gateway
+    that does not route to ExternalName: a selector-less Service whose EndpointSlices
+    hold each cluster's workload Gateway IPs (`workloadGateways`)."""
+    backend_namespace: Literal["route", "service"] = "route"
+    """With `routeNamespace`: the backends live beside the route, or stay in the
+    service's namespace with a ReferenceGrant that lets the route name them."""
+    workload_gateways: dict[Name, WorkloadGateway] = {}
+    """Per workload cluster, its own Gateway (for `backendType: EndpointSlice`)."""
 
 
 class OperatorTLS(_Model):
@@ -236,6 +294,10 @@ class ControlConfig(_Model):
 
     store: Path = Path("state")
     """Directory holding maps and drains (the embedded store); relative to this file."""
+    map_store: Literal["directory", "kubernetes"] = "directory"
+    """Where the maps live: in `store`, or as `trafficmaps.ome.io` objects in the cluster
+    of the local credentials (the CRD in deploy/kubernetes/; field manager
+    `publish.kubernetes.fieldManager`). Drains and sources stay in `store`."""
     reconcile_interval_seconds: float = Field(5.0, gt=0)
     probe: ProbeSpec = ProbeSpec()
     capacity_polling: CapacityPolling = CapacityPolling()

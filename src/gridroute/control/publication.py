@@ -18,8 +18,9 @@ from pathlib import Path
 from gridroute.control.config import Loaded, ServiceConfig
 from gridroute.control.publish_directory import DirectoryPublisher, PublishError
 from gridroute.control.publish_kubernetes import KubernetesPublisher, from_kubeconfig
-from gridroute.control.publish_overlay import OverlayPublisher
-from gridroute.control.store import Store, StoreError
+from gridroute.control.publish_overlay import Binding, OverlayPublisher
+from gridroute.control.store import Store, StoreError, StoreUnavailable
+from gridroute.control.workload_gateways import resolve
 from gridroute.core.trafficmap_publication import (
     FAILED_LOG_LINE,
     PublishOutcome,
@@ -58,6 +59,7 @@ class ServiceResult:
 
 def route_options(loaded: Loaded, svc: ServiceConfig) -> RouteOptions:
     pub = loaded.config.publish
+    addresses = resolve(loaded) if pub.backend_type == "EndpointSlice" else None
     return RouteOptions(
         global_gateway=pub.global_gateway,
         backend_port=pub.backend_port,
@@ -67,6 +69,10 @@ def route_options(loaded: Loaded, svc: ServiceConfig) -> RouteOptions:
         rewrite_hostname=pub.rewrite_hostname,
         backend_tls=pub.backend_tls.enabled,
         ca_config_map=pub.backend_tls.ca_config_map,
+        backend_type=pub.backend_type,
+        backend_namespace=pub.backend_namespace,
+        addresses=addresses.found if addresses else {},
+        address_errors=addresses.errors if addresses else {},
     )
 
 
@@ -82,6 +88,9 @@ class Publication:
         self.loaded = loaded
         self.clock = clock
         self._kubernetes = kubernetes
+        self._bindings: dict[tuple[str, str], Binding] = {}
+        """Each service's model and backends as last seen valid: a held (invalid)
+        service keeps its capability in the overlay as it was."""
 
     def directory(self) -> DirectoryPublisher | None:
         d = self.loaded.config.publish.directory
@@ -110,14 +119,24 @@ class Publication:
             names.insert(len(names) - (self.overlay() is not None), "kubernetes")
         return ",".join(names) or "none"
 
-    def overlay_write(self, maps: list[TrafficMap], store: Store) -> str | None:
+    def bindings(self) -> dict[tuple[str, str], Binding]:
+        """The overlay binding of every valid service, over the ones remembered."""
+        for svc in self.loaded.services:
+            backends = {h.cluster: h.backend for h in svc.homes}
+            self._bindings[(svc.namespace, svc.name)] = Binding(svc.model or svc.name, backends)
+        return self._bindings
+
+    def overlay_write(
+        self, maps: list[TrafficMap], store: Store, held: set[tuple[str, str]]
+    ) -> str | None:
+        """Write the overlay from this pass's maps and the stored maps of `held` (invalid)
+        services, which keep their last table; services being finalized are left out."""
         overlay = self.overlay()
         if overlay is None:
             return None
-        held = [m for m in store.maps() if (m.metadata.namespace, m.metadata.name) not in
-                {(t.metadata.namespace, t.metadata.name) for t in maps}]  # fmt: skip
+        kept = [m for m in store.maps() if (m.metadata.namespace, m.metadata.name) in held]
         try:
-            overlay.write(maps + [m for m in held if m.spec.entries])
+            overlay.write(maps + [m for m in kept if m.spec.entries], self.bindings())
         except PublishError as exc:
             log.error("%s: %s", FAILED_LOG_LINE, exc)
             return str(exc)
@@ -153,7 +172,11 @@ class Publication:
                 if outcome is PublishOutcome.WITHDRAWN and gateway_ref is not None:
                     try:
                         for pub in pubs:
-                            pub.remove(gateway_ref.namespace or svc.namespace, gateway_ref.name)
+                            pub.remove(
+                                gateway_ref.namespace or svc.namespace,
+                                gateway_ref.name,
+                                (svc.namespace, svc.name),
+                            )
                         gateway_ref, claimed = None, None
                     except PublishError as exc:
                         outcome, message = PublishOutcome.UNPUBLISH_FAILED, str(exc)
@@ -208,6 +231,8 @@ class Publication:
         now = self.clock()
         try:
             prior = store.read_map(namespace, name)
+        except StoreUnavailable:
+            raise
         except StoreError:
             prior = None
         outcome = PublishOutcome.INVALID_OWNER
@@ -255,7 +280,7 @@ class Publication:
             try:
                 if ref is not None:
                     for pub in self.route_publishers():
-                        pub.remove(ref.namespace or key[0], ref.name)
+                        pub.remove(ref.namespace or key[0], ref.name, key)
             except PublishError as exc:
                 log.error("%s: %s", FAILED_LOG_LINE, exc)
                 failed = [

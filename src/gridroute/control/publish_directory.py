@@ -41,7 +41,8 @@ class DirectoryPublisher:
         except OSError as exc:
             raise PublishError(f"write {meta['namespace']}/{meta['name']}: {exc}") from exc
 
-    def remove(self, namespace: str, name: str) -> None:
+    def remove(self, namespace: str, name: str, source: tuple[str, str] | None = None) -> None:
+        """Remove the route's file (everything it owned is in it); `source` is unused."""
         try:
             remove(self.path(namespace, name))
         except OSError as exc:

@@ -37,7 +37,8 @@ from gridroute.control.inputs import Observations
 from gridroute.control.probes import policy_digest
 from gridroute.control.publication import Publication, ServiceResult
 from gridroute.control.publish_kubernetes import KubernetesPublisher
-from gridroute.control.store import Store, StoreError
+from gridroute.control.store import MapBackend, Store, StoreError, StoreUnavailable
+from gridroute.control.store_kubernetes import StoreOpener
 from gridroute.core.generation import next_generation
 from gridroute.core.probegate import ProbeResult, ProbeState
 from gridroute.core.trafficmap import Drain, compute
@@ -84,8 +85,10 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         loaded: Loaded | None = None,
         kubernetes: KubernetesPublisher | None = None,
+        maps: MapBackend | None = None,
     ) -> None:
         self.config_path = config_path
+        self._open = StoreOpener(maps)
         self.clock = clock
         self.loaded = loaded or load(config_path)
         self.publication = Publication(self.loaded, clock, kubernetes)
@@ -94,7 +97,7 @@ class Reconciler:
 
     @property
     def store(self) -> Store:
-        return Store(self.loaded.path(self.loaded.config.store))
+        return self._open(self.loaded)
 
     def reload(self) -> list[str]:
         """Re-read control.yaml; an unreadable file keeps the last good one."""
@@ -109,6 +112,14 @@ class Reconciler:
     # --- one pass ---------------------------------------------------------------------
 
     async def run_once(self, session: aiohttp.ClientSession | None = None) -> PassResult:
+        """One pass; a store that cannot be read or written fails the pass, named."""
+        try:
+            return await self._pass(session)
+        except StoreError as exc:
+            log.error("reconcile pass failed, the store: %s", exc)
+            return PassResult((), (f"store: {exc}",))
+
+    async def _pass(self, session: aiohttp.ClientSession | None) -> PassResult:
         errors = self.reload()
         self._restore_gates()
         if session is None:
@@ -159,7 +170,7 @@ class Reconciler:
             tm = self._build(svc, drains, prior, now)
             computed.append((svc, tm, prior))
 
-        overlay_error = self.publication.overlay_write([tm for _, tm, _ in computed], store)
+        overlay_error = self.publication.overlay_write([tm for _, tm, _ in computed], store, held)
         for svc, tm, prior in computed:
             result, final = self.publication.publish(svc, tm, prior, overlay_error, now)
             store.write_map(final)
@@ -173,6 +184,8 @@ class Reconciler:
     def _prior(self, store: Store, svc: ServiceConfig) -> TrafficMap | None:
         try:
             return store.read_map(svc.namespace, svc.name)
+        except StoreUnavailable:
+            raise
         except StoreError as exc:
             log.warning("stored map unreadable, rebuilding it: %s", exc)
             return None

@@ -6,7 +6,9 @@ in one directory, so `gridroute trafficmap get` and `traffic drain` need no serv
     <store>/sources/<namespace>/<service>.json    uid and generation of the service's spec
 
 Every write is atomic (`atomicfile`). Maps are rewritten by each reconcile pass, so a hand
-edit lasts until the next one.
+edit lasts until the next one. With `mapStore: kubernetes` the maps are objects in a
+cluster instead (`store_kubernetes.KubernetesMaps`, handed in as `maps`); drains and
+sources stay here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import ValidationError
@@ -32,6 +34,11 @@ class StoreError(ValueError):
     """A stored file that cannot be read."""
 
 
+class StoreUnavailable(StoreError):
+    """The store could not be reached (a cluster's API): the next pass may succeed, and
+    it is never a reason to rebuild a map as if none were stored."""
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     """The service a map is generated from: its uid and spec generation."""
@@ -41,9 +48,20 @@ class Source:
     digest: str
 
 
+class MapBackend(Protocol):
+    """Where maps live when not in this directory (a cluster)."""
+
+    def read_map(self, namespace: str, name: str) -> TrafficMap | None: ...
+    def stored_generation(self, namespace: str, name: str) -> int | None: ...
+    def write_map(self, tm: TrafficMap) -> None: ...
+    def delete_map(self, namespace: str, name: str) -> None: ...
+    def maps(self) -> list[TrafficMap]: ...
+
+
 class Store:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, maps: MapBackend | None = None) -> None:
         self.root = root
+        self.backend = maps
 
     # --- maps -------------------------------------------------------------------------
 
@@ -51,6 +69,8 @@ class Store:
         return self.root / "trafficmaps" / namespace / f"{name}.yaml"
 
     def read_map(self, namespace: str, name: str) -> TrafficMap | None:
+        if self.backend is not None:
+            return self.backend.read_map(namespace, name)
         path = self.map_path(namespace, name)
         try:
             data = yaml.safe_load(path.read_text())
@@ -65,6 +85,8 @@ class Store:
 
     def stored_generation(self, namespace: str, name: str) -> int | None:
         """The generation of whatever is stored, even a map a hand edit broke."""
+        if self.backend is not None:
+            return self.backend.stored_generation(namespace, name)
         try:
             data = yaml.safe_load(self.map_path(namespace, name).read_text())
             return int(data["metadata"]["generation"])
@@ -72,15 +94,23 @@ class Store:
             return None
 
     def write_map(self, tm: TrafficMap) -> None:
+        if self.backend is not None:
+            self.backend.write_map(tm)
+            return
         text = yaml.safe_dump(tm.wire(), sort_keys=False)
         write_atomic(self.map_path(tm.metadata.namespace, tm.metadata.name), text)
 
     def delete_map(self, namespace: str, name: str) -> None:
-        remove(self.map_path(namespace, name))
+        if self.backend is not None:
+            self.backend.delete_map(namespace, name)
+        else:
+            remove(self.map_path(namespace, name))
         remove(self.root / "sources" / namespace / f"{name}.json")
 
     def maps(self) -> list[TrafficMap]:
         """Every readable map, sorted by namespace and name (unreadable ones skipped)."""
+        if self.backend is not None:
+            return self.backend.maps()
         out = []
         for path in sorted((self.root / "trafficmaps").glob("*/*.yaml")):
             try:

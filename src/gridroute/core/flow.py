@@ -4,7 +4,7 @@ The gateway and the simulator drive this same generator (httpx's auth flow idea:
 flow yields what to do next and is sent what happened). It never awaits, sleeps or
 reads a clock of its own: time comes from `grid.clock`, randomness from `grid.rng`.
 
-    flow = request_flow(grid, model, policy)
+    flow = request_flow(grid, model, policy)            # or overlay=OverlayRequest(...)
     step = next(flow)
     while not step.terminal:
         step = flow.send(<what happened: a Failure, Answered(status) or a Wake>)
@@ -16,32 +16,39 @@ Steps it yields (the last one is terminal, after which the generator is finished
                                                  new snapshot), at most until deadline
     Relay(decision)              terminal: the answer in hand goes to the client as it is
     Refuse(decision, status)     terminal: the gateway's own 429 / 404 / 503
-    GiveUp(status, failure)      terminal: the last attempt failed before answering (502/504)
+    GiveUp(status, failure)      terminal: the last attempt failed before answering (502/504;
+                                 503 when it was a last resort, every site judged down)
 
 States and transitions (everything that decides a transition is in this file):
 
-    DECIDE      decide on the newest snapshot
+    DECIDE      decide on the newest snapshot (under an overlay: its binding, best
+                viable group and picker, `core/overlay_request.py`; it never holds)
                   HOLD -> HOLDING; ROUTE -> ATTEMPT 1; otherwise -> Refuse
                   in fair order (a fairness key, `core/fairness.py`): ROUTE while a
                   waiter ranks ahead, or SHED, -> HOLDING (for `fair_wait_ms`)
     HOLDING     Wake.WOKE: DECIDE again (may hold again, same deadline)
                 Wake.EXPIRED: DECIDE with can_hold=False (never holds)
                 leaving it (or the flow closed) leaves the fair order's waiters
-    ATTEMPT n   Answered(429 or 503), n == 1, another site routes -> RETRY
+    ATTEMPT n   Answered(429 or 503), n < max, another site routes -> RETRY
                 Answered(anything else, or no other site) -> Relay
-                retryable Failure, n == 1, another site routes -> RETRY
+                retryable Failure, n < max, another site routes -> RETRY
                 retryable Failure otherwise, or a read timeout / broken answer -> GiveUp
+                  (a retryable Failure of a LAST_RESORT attempt: GiveUp 503 no site)
     RETRY       decide again on the request's ORIGINAL snapshot (the one its attempt was
-                decided on), excluding every site tried, can_hold=False -> ATTEMPT 2
+                decided on), excluding every site tried, can_hold=False -> ATTEMPT n+1
+                (under an overlay: the next untried member of the failed one's group,
+                then the next viable group: retry in the group, then fall through)
 
-So a request makes at most two attempts, on two different candidates, holds only before
-its first, and ends in exactly one terminal step. This is the gateway's behaviour since
-wave 1 (seed PR, "Errors"): retry once elsewhere before any byte reached the client.
+max is MAX_ATTEMPTS (2) without an overlay, `overlay.max_attempts` with one. So a
+request makes at most max attempts, each on a different candidate, holds only before
+its first, and ends in exactly one terminal step. Without an overlay this is the
+gateway's behaviour since wave 1 (seed PR, "Errors"): retry once elsewhere before any
+byte reached the client.
 
 Passive outlier ejection (`core/ejection.py`) lives here too: every attempt's outcome is
 recorded (a flow closed while an attempt is out records none), and every decision
 treats ejected candidates as demoted (excluded; if nothing else routes, decided again
-among them as a `last_resort`).
+among them as a `last_resort`), the overlay's decisions too (skipped as if down).
 
 Own-load accounting stays with the driver: it calls `own.start` before carrying out an
 Attempt and `own.end` when that attempt is over (for a relayed answer, after its body),
@@ -60,7 +67,9 @@ from gridroute.core.accounting import OwnLoad
 from gridroute.core.ejection import Ejections
 from gridroute.core.fairness import FairAdmission, fair_hold_s, fair_order_on
 from gridroute.core.gridstate import Snapshot
-from gridroute.core.select import Decision, Outcome, Path, Policy, Reason, decide
+from gridroute.core.group_route import GroupDecision
+from gridroute.core.overlay_request import OverlayRequest
+from gridroute.core.select import Decision, Outcome, Path, Policy, Reason, decide, retry_after_s
 from gridroute.core.view import SiteView
 
 
@@ -140,9 +149,11 @@ class Attempt:
     snapshot: Snapshot
     """The snapshot the decision was made on: the request's own (a retry reuses it)."""
     number: int
-    """1 for the first attempt, 2 for the retry."""
+    """1 for the first attempt, n + 1 for the retry after attempt n."""
     after: tuple[str, str] | None = None
     """For a retry: (site, reason) of the attempt that failed (for retry metrics)."""
+    choice: GroupDecision | None = None
+    """Under an overlay: its group, picker, step and affinity (the evidence headers)."""
     terminal = False
 
     @property
@@ -179,6 +190,8 @@ class Refuse:
 
     decision: Decision
     status: int
+    choice: GroupDecision | None = None
+    """Under an overlay: the choice that found no viable group (its picker, for metrics)."""
     terminal = True
 
 
@@ -189,6 +202,10 @@ class GiveUp:
     decision: Decision
     status: int
     failure: Failure
+    retry_after_s: int | None = None
+    """Set with status 503: the attempt was a last resort (every candidate judged
+    down) and never reached a backend, so the client is told "no healthy site, retry
+    later" (the seed's 503 + Retry-After), not a gateway error of a live backend."""
     terminal = True
 
 
@@ -230,19 +247,25 @@ def request_flow(
     model: str,
     policy: Policy,
     affinity: str | None = None,
+    overlay: OverlayRequest | None = None,
     client: str | None = None,
 ) -> Generator[Step, Feed, None]:
-    """The flow of one request to `model` (see the module docstring).
-
-    `client` is the request's fairness key: with it, and fair order on
-    (`core/fairness.py`), the DECIDE and HOLDING states admit in fair order."""
+    """The flow of one request to `model` (see the module docstring); `overlay` when
+    the routing overlay names the model. `client` is the request's fairness key: with
+    it, and fair order on (`core/fairness.py`), DECIDE and HOLDING admit in fair order."""
     clock = grid.clock
     ejections = grid.ejections
     now = clock()
     snap = grid.snapshot
     who = client or ""
-    fair = grid.fairness if client and fair_order_on(snap.settings, policy) else None
-    d = _decide(grid, snap, model, policy, affinity, NO_KEYS, True, now)
+    fair = None
+    if client and overlay is None and fair_order_on(snap.settings, policy):
+        fair = grid.fairness
+    choice: GroupDecision | None = None
+    if overlay is not None:
+        d, choice = _by_overlay(grid, overlay, snap, model, NO_KEYS, None, now)
+    else:
+        d = _decide(grid, snap, model, policy, affinity, NO_KEYS, True, now)
     if fair is not None:
         d = fair.gate(d, model, who, None, now, snap.settings, True)
     if d.outcome is Outcome.HOLD:
@@ -277,10 +300,11 @@ def request_flow(
     tried = NO_KEYS
     after: tuple[str, str] | None = None
     number = 0
+    limit = MAX_ATTEMPTS if overlay is None else overlay.max_attempts
     while True:
         view = d.view
         if d.outcome is not Outcome.ROUTE or view is None:
-            yield Refuse(d, REFUSAL_STATUS.get(d.outcome, 503))
+            yield Refuse(d, REFUSAL_STATUS.get(d.outcome, 503), choice)
             return
         number += 1
         key = view.key
@@ -288,7 +312,7 @@ def request_flow(
         ejections.sent(key, sent_at)
         fed: Feed | None = None
         try:
-            fed = yield Attempt(d, snap, number, after)
+            fed = yield Attempt(d, snap, number, after, choice)
         finally:
             if fed is None:  # closed without an outcome: the client went away
                 ejections.abandon(key)
@@ -297,10 +321,11 @@ def request_flow(
         if isinstance(fed, Answered):
             status = fed.status
             ejections.record(key, status not in GATEWAY_ERROR_STATUS, now, settings, sent_at)
-            if status in RETRY_STATUS and number < MAX_ATTEMPTS:
-                nxt = _retry(grid, snap, model, policy, tried | {key}, now)
+            if status in RETRY_STATUS and number < limit:
+                nxt = _retry(grid, snap, model, policy, tried | {key}, now, overlay, key)
                 if nxt is not None:
-                    tried, after, d = tried | {key}, (view.site, f"status_{status}"), nxt
+                    tried, after = tried | {key}, (view.site, f"status_{status}")
+                    d, choice = nxt
                     continue
             yield Relay(d, status)
             return
@@ -309,11 +334,15 @@ def request_flow(
             raise FlowError(f"an Attempt takes a Failure or Answered, not {fed!r}")
         ejections.record(key, False, now, settings, sent_at)
         retryable, status = FAILURES[fed]
-        if retryable and number < MAX_ATTEMPTS:
-            nxt = _retry(grid, snap, model, policy, tried | {key}, now)
+        if retryable and number < limit:
+            nxt = _retry(grid, snap, model, policy, tried | {key}, now, overlay, key)
             if nxt is not None:
-                tried, after, d = tried | {key}, (view.site, fed.value), nxt
+                tried, after = tried | {key}, (view.site, fed.value)
+                d, choice = nxt
                 continue
+        if retryable and d.path is Path.LAST_RESORT:
+            yield GiveUp(d, REFUSAL_STATUS[Outcome.NO_SITE], fed, retry_after_s(grid.rng))
+            return
         yield GiveUp(d, status, fed)
         return
 
@@ -325,10 +354,30 @@ def _retry(
     policy: Policy,
     exclude: frozenset[str],
     now: float,
-) -> Decision | None:
-    """Where a retry goes: another site on the request's snapshot, or nowhere."""
-    d = _decide(grid, snap, model, policy, None, exclude, False, now)
-    return d if d.outcome is Outcome.ROUTE and d.view is not None else None
+    overlay: OverlayRequest | None = None,
+    last: str | None = None,
+) -> tuple[Decision, GroupDecision | None] | None:
+    """Where a retry goes: another site on the request's snapshot, or nowhere (under an
+    overlay: in the group of `last`, the key that just failed, then the next group)."""
+    if overlay is None:
+        d, choice = _decide(grid, snap, model, policy, None, exclude, False, now), None
+    else:
+        d, choice = _by_overlay(grid, overlay, snap, model, exclude, last, now)
+    return (d, choice) if d.outcome is Outcome.ROUTE and d.view is not None else None
+
+
+def _by_overlay(
+    grid: FlowGrid,
+    overlay: OverlayRequest,
+    snap: Snapshot,
+    model: str,
+    tried: frozenset[str],
+    last: str | None,
+    now: float,
+) -> tuple[Decision, GroupDecision | None]:
+    """The overlay's pick, with ejected candidates skipped (its last resort: them)."""
+    ejected = grid.ejections.out(now, snap)
+    return overlay.decide(snap, model, grid.rng, grid.own.counts, tried, last, ejected)
 
 
 def _decide(

@@ -1,6 +1,8 @@
 """The gateway's choice under a routing overlay: binding, best viable group, picker.
 
-The spike's request sequence, one decision per attempt:
+The spike's request sequence, one decision per attempt (the one request flow,
+`core/flow.py`, asks for each through `core/overlay_request.py`: its first decision,
+then one per retry, with the keys tried so far):
 
     valid session binding whose provider admission still permits it (and that this
     request has not already tried)?   -> reuse it                    affinity `reused`
@@ -13,6 +15,8 @@ The spike's request sequence, one decision per attempt:
                                                                      step `in_group`
         nothing left in the group that failed -> the next viable group  `fell_through`
     no viable group -> no_site (503), also when every candidate is excluded
+    (`avoid`, the flow's ejected keys, are skipped like down members without counting
+    as tried)
 
 A retry therefore stays in its group while the group has an untried viable member,
 and lower groups take no new traffic while a better one is viable. existing_only
@@ -223,20 +227,24 @@ def route(
     last: str | None = None,
     snapshot: Snapshot | None = None,
     own: Mapping[str, int] | None = None,
+    avoid: frozenset[str] = frozenset(),
 ) -> GroupDecision | None:
     """Choose for one attempt; None when the overlay does not route `model`.
 
     `session`: the request carries a session key; `bound`: the key its binding names;
-    `tried`: keys this request already attempted, `last` the one that just failed.
-    `snapshot` and `own` feed the saturation picker.
+    `tried`: keys this request already attempted, `last` the one that just failed;
+    `avoid`: keys skipped as if down without having been tried (the flow's ejected
+    ones), so a group of only avoided members is passed over and the step stays
+    `first` on a first attempt. `snapshot` and `own` feed the saturation picker.
     """
     mr = table.models.get(model)
     if mr is None:
         return None
     picker = mr.groups.picker
     affinity = Affinity.CREATED if session else Affinity.NONE
+    skip = tried | avoid if avoid else tried
     if bound is not None:
-        if bound not in tried:
+        if bound not in skip:
             reused = mr.reuse.get(bound)
             if reused is not None:
                 return reused
@@ -247,7 +255,7 @@ def route(
             if any(s.key == last for s in vg.group.slots):
                 failed_group = vg.group.number
                 break
-    if not tried:  # the first attempt: the best viable group's picker
+    if not skip:  # the first attempt: the best viable group's picker
         for vg in mr.viable:
             if picker is Picker.SATURATION:
                 slot = _saturation(vg, vg.new, snapshot, model, rng, own, tried)
@@ -256,18 +264,21 @@ def route(
             i = pick_index(picker, n, vg.cycle, states, model, vg.group.number, rng)
             return vg.first[affinity][i]
     for vg in mr.viable:
-        remaining = tuple(s for s in vg.new if s.key not in tried)
+        remaining = tuple(s for s in vg.new if s.key not in skip)
         if not remaining:
             continue
         number = vg.group.number
         if picker is Picker.SATURATION:
-            slot = _saturation(vg, remaining, snapshot, model, rng, own, tried)
+            slot = _saturation(vg, remaining, snapshot, model, rng, own, skip)
         elif number == failed_group:
             slot = _after(remaining, vg.new, last)
         else:
             # The weighted cycle indexes `new`; with some members tried it does not apply.
             cycle = vg.cycle if len(remaining) == len(vg.new) else ()
             slot = remaining[pick_index(picker, len(remaining), cycle, states, model, number, rng)]
-        step = Step.IN_GROUP if number == failed_group else Step.FELL_THROUGH
+        if number == failed_group:
+            step = Step.IN_GROUP
+        else:
+            step = Step.FELL_THROUGH if tried else Step.FIRST
         return GroupDecision(slot, number, picker, affinity, step)
     return GroupDecision(None, None, picker, affinity, Step.NONE)

@@ -70,6 +70,9 @@ class Path(StrEnum):
     BORROW = "borrow"
     """gridroute: this gateway's fair share is used up, the site has room by the estimate."""
     FIRST = "first"
+    OVERLAY = "overlay"
+    """The routing overlay's best viable group and its picker chose
+    (`core/overlay_request.py`; which group and step: grid_route_overlay_picks_total)."""
     FALLBACK = "fallback"
     LAST_RESORT = "last_resort"
     SHED = "shed"
@@ -156,8 +159,9 @@ def _queue_tie(views: Sequence[SiteView], weights: Sequence[float], rng: Random)
     return idx[_draw([views[i] for i in idx], [weights[i] for i in idx], rng)]
 
 
-def _retry_after(rng: Random, s: AvailabilitySettings | None = None) -> int:
-    """The seed's uniform draw of whole seconds, within the configured bounds."""
+def retry_after_s(rng: Random, s: AvailabilitySettings | None = None) -> int:
+    """A Retry-After for a refusal, spread over `RETRY_AFTER_S` (or, given settings, over
+    `retry_after_min_s`..`retry_after_max_s`) so retries do not align."""
     if s is None:
         return RETRY_AFTER_S[int(rng.random() * len(RETRY_AFTER_S))]
     lo, hi = s.retry_after_min_s, s.retry_after_max_s
@@ -191,7 +195,7 @@ def _fallthrough(
         return Decision(Outcome.ROUTE, Path.LAST_RESORT, front, refused)
     if plan.front is not None:
         return Decision(Outcome.ROUTE, Path.LAST_RESORT, plan.front, refused)
-    return Decision(Outcome.NO_SITE, Path.NONE, None, refused, _retry_after(rng))
+    return Decision(Outcome.NO_SITE, Path.NONE, None, refused, retry_after_s(rng))
 
 
 def decide(
@@ -218,7 +222,7 @@ def decide(
     shed = model in snapshot.shedding
     if shed and policy is not Policy.GRIDROUTE:
         return Decision(
-            Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), _retry_after(rng, s)
+            Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), retry_after_s(rng, s)
         )
     healthy = plan.healthy
     weights = plan.healthy_weights
@@ -273,7 +277,7 @@ def decide(
             return Decision(d.outcome, Path.BORROW, d.view, d.refused, None, d.rho)
         if known and (s.shedding or shed or (s.max_queue_ms > 0 and s.queue_overflow == "shed")):
             return Decision(
-                Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), _retry_after(rng, s)
+                Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), retry_after_s(rng, s)
             )
     else:
         for i, v in enumerate(healthy):

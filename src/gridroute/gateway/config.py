@@ -23,6 +23,7 @@ from gridroute.config import (
     split_listen,
     validate,
 )
+from gridroute.core.overlay_request import DEFAULT_MAX_ATTEMPTS
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
 from gridroute.gateway import fairness_key
@@ -221,7 +222,7 @@ class OverlayConfig(_Frozen):
     """Seconds between reads of the file or the URL. Default: 1.0."""
     timeout_s: float = Field(2.0, gt=0)
     """Seconds one URL read may take. Default: 2.0."""
-    max_attempts: int = Field(3, ge=1, le=10)
+    max_attempts: int = Field(DEFAULT_MAX_ATTEMPTS, ge=1, le=10)
     """Attempts per request, the first included: retries stay in the selected group
     while it has an untried viable member, then fall through to the next group.
     Default: 3."""

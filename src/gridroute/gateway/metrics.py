@@ -10,6 +10,7 @@ labelled children in dicts, so a request does a dict lookup and an `inc`, never 
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
@@ -167,6 +168,21 @@ class PoolCollector(Collector):
         yield resent
 
 
+class LoopCollector(Collector):
+    """asyncio tasks alive on the gateway's event loop at scrape time. A request path
+    that never ends, or a loop that spawns without reaping, shows as growth under steady
+    load (`bench/soak.py` reads it)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            n = len(asyncio.all_tasks())
+        except RuntimeError:  # scraped off the event loop (no running loop here)
+            n = 0
+        yield GaugeMetricFamily(
+            "grid_gateway_event_loop_tasks", "asyncio tasks alive on the event loop.", value=n
+        )
+
+
 class GatewayMetrics:
     """Counters and histograms the request path updates, in their own registry."""
 
@@ -222,6 +238,7 @@ class GatewayMetrics:
         self._dur: dict[tuple[str, int], Histogram] = {}
         self.answered: Tally[int] = Tally()
         """Answers so far by exact status (499: the client left), for /grid/history."""
+        r.register(LoopCollector())
 
     def watch(
         self, current: Callable[[], CurrentGrid], shedding: Callable[[str], bool] | None = None

@@ -1,32 +1,34 @@
-"""The request path for models the routing overlay names: a thin driver of the core.
+"""What the request path adds for models the routing overlay names: its inputs and evidence.
 
-    table (frozen for this request) + session key -> core.group_route.route
-      -> attempt on the chosen provider's backend
-      -> failed before any byte reached the client (connect failure, 429, 503) and an
-         attempt is left (`overlay.max_attempts`): route again with the tried keys
-         (the core keeps the retry in the group, then falls through)
-      -> relay the answer with x-grid-provider, x-grid-group, x-grid-picker,
-         x-grid-overlay-revision and x-grid-affinity
+There is no second request loop here: `gateway/proxy.py` drives the one request flow
+(`core/flow.py`) for every request, and for a model the overlay names it hands the flow
+an `OverlayRequest` made here:
 
-The session key is the configured header (`affinity.header`), else the body's OpenAI
-`user` field (`affinity.user_field`); bindings are the gateway's bounded LRU+TTL
-`AffinityTable`, written when an answer below 500 came back. Nothing here reads the
-overlay source: the table is the one the watch task last swapped in.
+    the table the watch task last swapped in (joined with the probe verdicts), frozen for
+    this request, its retries included
+    + the session key: the configured header (`affinity.header`), else the body's OpenAI
+      `user` field (`affinity.user_field`), and the binding it names in the bounded
+      LRU+TTL `AffinityTable` (written by proxy.py when an answer below 500 came back)
+    + `overlay.max_attempts`
+
+The flow then decides the binding / best viable group / picker, retries in the group and
+falls through (`core/overlay_request.py`, `core/group_route.py`). What comes back to the
+client and to metrics and traces is bounded evidence of each choice: `x-grid-provider`,
+`x-grid-group`, `x-grid-picker`, `x-grid-overlay-revision`, `x-grid-affinity` and
+`x-grid-step`. Nothing here reads the overlay source.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from gridroute.core.group_route import GroupDecision, RouteTable, Slot, route
-from gridroute.gateway import proxy, upstream
+from gridroute.core.group_route import GroupDecision, RouteTable
+from gridroute.core.overlay_request import OverlayRequest
 from gridroute.gateway.overlay_watch import OverlayWatch
 from gridroute.gateway.runtime import Gateway
-from gridroute.wire import openai_errors as errs
 
 
 def _session(gw: Gateway, request: web.Request, body: bytes) -> str | None:
@@ -46,166 +48,62 @@ def _session(gw: Gateway, request: web.Request, body: bytes) -> str | None:
     return user if isinstance(user, str) and user else None
 
 
-def _evidence(d: GroupDecision, table: RouteTable, slot: Slot) -> tuple[tuple[str, str], ...]:
+def request_for(
+    gw: Gateway, request: web.Request, body: bytes, model: str, t0: float
+) -> tuple[OverlayRequest, str | None] | None:
+    """The overlay inputs of this request and its session key; None when the overlay
+    does not name `model` (the config's `models:` routing applies)."""
+    watch = gw.overlay
+    if watch is None or not watch.routes(model):
+        return None
+    current = gw.current
+    table = watch.table(current.health)
+    if table is None:  # pragma: no cover - routes() said an overlay is serving
+        return None
+    session = _session(gw, request, body)
+    bound = current.affinity.get(session, t0) if session else None
+    cfg = gw.cfg.overlay
+    attempts = cfg.max_attempts if cfg is not None else 1
+    overlay = OverlayRequest(
+        table, watch.states, session is not None, bound, attempts, watch.routed
+    )
+    return overlay, session
+
+
+def evidence(choice: GroupDecision, table: RouteTable) -> tuple[tuple[str, str], ...]:
+    """The response headers of an answer routed by the overlay."""
+    slot = choice.slot
     return (
-        ("x-grid-provider", slot.key),
-        ("x-grid-group", "" if d.group is None else str(d.group)),
-        ("x-grid-picker", d.picker.value),
+        ("x-grid-provider", "" if slot is None else slot.key),
+        ("x-grid-group", "" if choice.group is None else str(choice.group)),
+        ("x-grid-picker", choice.picker.value),
         ("x-grid-overlay-revision", str(table.index.revision)),
-        ("x-grid-affinity", d.affinity.value),
-        ("x-grid-step", d.step.value),
+        ("x-grid-affinity", choice.affinity.value),
+        ("x-grid-step", choice.step.value),
     )
 
 
-class _Again(Exception):
-    """Internal: the attempt failed before any byte reached the client; `decision` is
-    where the next attempt goes (decided before the answer in hand was dropped)."""
-
-    def __init__(self, decision: GroupDecision) -> None:
-        self.decision = decision
-
-
-async def handle(
-    gw: Gateway, request: web.Request, body: bytes, model: str, t0: float
-) -> web.StreamResponse:
-    watch = gw.overlay
-    assert watch is not None
-    current = gw.current
-    clock = current.clock
-    table = watch.table(current.health)
-    if table is None:  # pragma: no cover - routes() said the overlay names the model
-        return proxy.error_response(404, errs.MODEL_NOT_FOUND)
-    session = _session(gw, request, body)
-    bound = current.affinity.get(session, t0) if session else None
-    snap = current.snapshot
-    tracer = gw.tracer
-    span = None
-    if tracer is not None:
-        span = tracer.start(request.path, model, current.routing.policies[model])
-    fwd = proxy.forward_headers(request)
-    tried: frozenset[str] = frozenset()
-    attempts = 0
-    status = 0
-    site = ""
-    d: GroupDecision | None = None
-    max_attempts = gw.cfg.overlay.max_attempts if gw.cfg.overlay is not None else 1
-
-    def decide(tried: frozenset[str], last: str | None) -> GroupDecision | None:
-        return route(
-            table,
-            model,
-            watch.states,
-            current.rng,
-            session=session is not None,
-            bound=bound,
-            tried=tried,
-            last=last,
-            snapshot=snap,
-            own=current.own.counts,
-        )
-
-    try:
-        d = decide(tried, None)
-        while True:
-            if d is None:  # pragma: no cover - the table names the model
-                status = 404
-                return proxy.error_response(404, errs.MODEL_NOT_FOUND)
-            watch.metrics.pick(d.picker.value, d.group, d.step.value)
-            slot = d.slot
-            if slot is None:
-                status = 503
-                return proxy.error_response(503, errs.NO_HEALTHY_SITE, 3)
-            if session is not None and attempts == 0:
-                watch.metrics.affinity.labels(d.affinity.value).inc()
-            site = slot.site
-            attempts += 1
-            after = tried | {slot.key}
-
-            def elsewhere(
-                after: frozenset[str] = after, key: str = slot.key, n: int = attempts
-            ) -> GroupDecision | None:
-                if n >= max_attempts:
-                    return None
-                nxt = decide(after, key)
-                return nxt if nxt is not None and nxt.slot is not None else None
-
-            try:
-                resp = await _attempt(gw, request, slot, body, fwd, elsewhere, d, table)
-            except _Again as again:
-                tried = after
-                d = again.decision
-                continue
-            status = resp.status
-            if session is not None and status < 500:
-                current.affinity.put(session, slot.key, clock())
-            return resp
-    finally:
-        gw.metrics.duration(site, status or 499, clock() - t0)
-        if span is not None and tracer is not None:
-            _trace(span, d, table)
-            tracer.end(span, None, site, attempts, status)
+def count(watch: OverlayWatch, choice: GroupDecision, first: bool, session: bool) -> None:
+    """One decision of the overlay in `grid_route_overlay_picks_total` (and, for the
+    first attempt of a request with a session key, `..._affinity_total`)."""
+    watch.metrics.pick(choice.picker.value, choice.group, choice.step.value)
+    if first and session and choice.slot is not None:
+        watch.metrics.affinity.labels(choice.affinity.value).inc()
 
 
-def _trace(span: Any, d: GroupDecision | None, table: RouteTable) -> None:
-    """The decision's bounded attributes on the request's span."""
+def trace(span: Any, choice: GroupDecision | None, table: RouteTable) -> None:
+    """The decision's bounded attributes on the request's span (never a session id)."""
     span.set_attribute("grid.overlay.revision", table.index.revision)
-    if d is None:
+    if choice is None:
         return
-    span.set_attribute("grid.picker", d.picker.value)
-    span.set_attribute("grid.affinity", d.affinity.value)
-    span.set_attribute("grid.step", d.step.value)
-    if d.group is not None:
-        span.set_attribute("grid.group", d.group)
-    if d.slot is not None:
-        span.set_attribute("grid.provider", d.slot.key)
-        span.set_attribute("grid.backend", d.slot.provider)
+    span.set_attribute("grid.picker", choice.picker.value)
+    span.set_attribute("grid.affinity", choice.affinity.value)
+    span.set_attribute("grid.step", choice.step.value)
+    if choice.group is not None:
+        span.set_attribute("grid.group", choice.group)
+    if choice.slot is not None:
+        span.set_attribute("grid.provider", choice.slot.key)
+        span.set_attribute("grid.backend", choice.slot.provider)
 
 
-async def _attempt(
-    gw: Gateway,
-    request: web.Request,
-    slot: Slot,
-    body: bytes,
-    fwd: list[tuple[str, str]],
-    elsewhere: Callable[[], GroupDecision | None],
-    d: GroupDecision,
-    table: RouteTable,
-) -> web.StreamResponse:
-    """One attempt; exactly one `own.end` for its `own.start`, on every path."""
-    current = gw.current
-    key = slot.key
-    backend = gw.backends.by_key.get(key)
-    own = current.own
-    own.start(key, current.clock())
-    try:
-        try:
-            if backend is None:
-                raise upstream.ConnectFailed("the provider left the config")
-            up = await backend.pool.request(request.method, request.raw_path, fwd, body)
-        except proxy.BEFORE_ANSWER as exc:
-            nxt = elsewhere()
-            if nxt is not None:
-                gw.metrics.retry(slot.site, upstream.describe(exc))
-                raise _Again(nxt) from exc
-            if isinstance(exc, upstream.ConnectTimeout):
-                return proxy.error_response(504, errs.UPSTREAM_TIMEOUT)
-            return proxy.error_response(502, errs.UPSTREAM_FAILED)
-        except upstream.ReadTimeout:
-            return proxy.error_response(504, errs.UPSTREAM_TIMEOUT)
-        except upstream.UpstreamError:
-            return proxy.error_response(502, errs.UPSTREAM_FAILED)
-        try:
-            if up.status in proxy.RETRY_STATUS:
-                nxt = elsewhere()
-                if nxt is not None:
-                    gw.metrics.retry(slot.site, f"status_{up.status}")
-                    raise _Again(nxt)
-            return await proxy.relay(request, up, slot, _evidence(d, table, slot))
-        finally:
-            up.release()
-    finally:
-        own.end(key, current.clock())
-        current.changes.wake()
-
-
-__all__ = ["OverlayWatch", "handle"]
+__all__ = ["count", "evidence", "request_for", "trace"]

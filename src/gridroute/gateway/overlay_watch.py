@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from gridroute.config import ConfigError
 from gridroute.core import Health
 from gridroute.core.group_route import OverlayIndex, RouteTable, build_table
+from gridroute.core.overlay_request import RoutedDecisions
 from gridroute.core.pickers import PickerStates
 from gridroute.gateway.config import OverlayConfig
 from gridroute.gateway.routing import Routing
@@ -129,6 +130,8 @@ class OverlayWatch:
         self.metrics = OverlayMetrics(registry)
         self.index: OverlayIndex | None = None
         self.states = PickerStates()
+        self.routed = RoutedDecisions()
+        """The flow's decisions per provider on the current snapshot (built once each)."""
         self.fetches = 0
         self.results: dict[str, int] = dict.fromkeys(RESULTS, 0)
         self.last_error: str | None = None

@@ -1,6 +1,8 @@
 """The request path: read the model, decide, forward, relay the answer byte for byte.
 
-    body (<= limits.max_body_bytes) -> model -> the core's request flow (core/flow.py):
+    body (<= limits.max_body_bytes) -> model -> the core's request flow (core/flow.py),
+    with an `OverlayRequest` (gateway/overlay_route.py) when the routing overlay names
+    the model (its groups and pickers decide, the same flow retries and falls through):
       Hold     -> wait for a request end or a new snapshot, at most to the deadline
       Attempt  -> own.start -> connect + send -> the failure or the answer's status goes
                   back into the flow, which says: retry elsewhere (once, before any
@@ -22,11 +24,10 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Protocol
 
 from aiohttp import web
 
-from gridroute.core import Decision, Outcome
+from gridroute.core import Decision, Outcome, SiteView
 from gridroute.core.flow import (
     Answered,
     Attempt,
@@ -38,6 +39,8 @@ from gridroute.core.flow import (
     Step,
     request_flow,
 )
+from gridroute.core.group_route import GroupDecision
+from gridroute.core.overlay_request import OverlayRequest
 from gridroute.gateway import overlay_route, upstream
 from gridroute.gateway.admission_queue import wait_in_queue
 from gridroute.gateway.fairness_key import fairness_key
@@ -64,11 +67,6 @@ _HOP_BY_HOP = frozenset(
         "expect",
     }
 )
-BEFORE_ANSWER = (upstream.ConnectFailed, upstream.ConnectTimeout, upstream.Disconnected)
-"""For the overlay's request path (`gateway.overlay_route`): failures before the backend
-answered anything, retried in the group (`core/flow.py` names the same ones for `models:`)."""
-RETRY_STATUS = frozenset({429, 503})
-"""Answers the overlay's request path retries in the group."""
 
 
 def error_response(status: int, body: bytes, retry_after: int | None = None) -> web.Response:
@@ -106,6 +104,17 @@ def refuse(d: Decision) -> web.Response:
     if d.outcome is Outcome.UNKNOWN_MODEL:
         return error_response(404, errs.MODEL_NOT_FOUND)
     return error_response(503, errs.NO_HEALTHY_SITE, d.retry_after_s)
+
+
+def give_up(step: GiveUp) -> web.Response:
+    """The answer when the last attempt failed before the backend answered: 503
+    `no_healthy_site` + Retry-After for a last resort (every site judged down), else
+    504 for a timeout and 502 for the rest."""
+    if step.status == 503:
+        return error_response(503, errs.NO_HEALTHY_SITE, step.retry_after_s)
+    if step.status == 504:
+        return error_response(504, errs.UPSTREAM_TIMEOUT)
+    return error_response(step.status, errs.UPSTREAM_FAILED)
 
 
 async def read_model(request: web.Request, gw: Gateway) -> tuple[bytes, str] | web.Response:
@@ -146,8 +155,6 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return got
     body, model = got
     current = gw.current
-    if gw.overlay is not None and gw.overlay.routes(model):
-        return await overlay_route.handle(gw, request, body, model, t0)
     policy = current.routing.policies.get(model)
     if policy is None:
         gw.metrics.duration("", 404, clock() - t0)
@@ -159,15 +166,23 @@ async def handle(request: web.Request) -> web.StreamResponse:
     status = 0
     attempts = 0
     sent: list[float] = []  # when each attempt was handed to a backend (added latency)
-    session = request.headers.get(gw.affinity_header) if gw.affinity_header else None
-    preferred = current.affinity.get(session, t0) if session else None
+    by_overlay = overlay_route.request_for(gw, request, body, model, t0)
+    overlay: OverlayRequest | None = None
+    watch = gw.overlay
+    choice: GroupDecision | None = None
+    if by_overlay is not None:
+        overlay, session = by_overlay
+        preferred = None
+    else:
+        session = request.headers.get(gw.affinity_header) if gw.affinity_header else None
+        preferred = current.affinity.get(session, t0) if session else None
     flow: Generator[Step, Feed, None] | None = None
     who = fairness_key(gw.cfg.fairness_key, request.headers, request.remote, body)
     try:
-        flow = request_flow(current, model, policy, preferred, who)
+        flow = request_flow(current, model, policy, preferred, overlay, who)
         step = await wait_in_queue(flow, next(flow), current)
         d = step.decision
-        if session:
+        if session and overlay is None:
             gw.metrics.affinity(preferred, d)
         fwd = forward_headers(request)
         path_qs = request.raw_path
@@ -176,15 +191,15 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 d = step.decision
                 gw.metrics.decision(d)
                 gw.refusals.note(model, d.outcome)
+                if step.choice is not None and watch is not None:
+                    choice = step.choice
+                    overlay_route.count(watch, choice, attempts == 0, session is not None)
             if isinstance(step, Refuse):
                 resp = refuse(d)
                 status = resp.status
                 return resp
             if isinstance(step, GiveUp):
-                timeout = step.status == 504
-                resp = error_response(
-                    step.status, errs.UPSTREAM_TIMEOUT if timeout else errs.UPSTREAM_FAILED
-                )
+                resp = give_up(step)
                 status = resp.status
                 return resp
             assert isinstance(step, Attempt), step  # a Relay is carried out in _attempt
@@ -195,7 +210,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
             child = tracer.attempt(span, step.decision, attempts) if tracer is not None else None
             got_: web.StreamResponse | Step | None = None
             try:
-                got_ = await _attempt(gw, request, step, flow, path_qs, body, fwd, sent)
+                got_ = await _attempt(gw, request, step, flow, path_qs, body, fwd, sent, overlay)
             finally:
                 if child is not None and tracer is not None:
                     answered = got_.status if isinstance(got_, web.StreamResponse) else None
@@ -214,6 +229,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
             gw.metrics.added(sent[-1] - t0)
         gw.metrics.duration(site, status or 499, clock() - t0)
         if span is not None and tracer is not None:
+            if overlay is not None:
+                overlay_route.trace(span, choice, overlay.table)
             tracer.end(span, d, site, attempts, status)
 
 
@@ -241,6 +258,7 @@ async def _attempt(
     body: bytes,
     fwd: list[tuple[str, str]],
     sent: list[float],
+    overlay: OverlayRequest | None = None,
 ) -> web.StreamResponse | Step:
     """One attempt on one site: the relayed answer, or the flow's next step.
 
@@ -248,7 +266,8 @@ async def _attempt(
     A connection lost or refused before the answer (what a backend going away looks
     like) may have reached the backend; the flow retries it once elsewhere anyway:
     re-running a generation costs compute, a client error costs the request.
-    Appends to `sent` when the request is handed to the backend pool (added latency)."""
+    Appends to `sent` when the request is handed to the backend pool (added latency).
+    Under the overlay the relayed answer carries the choice's evidence headers."""
     current = gw.current
     view = step.view
     key = view.key
@@ -267,7 +286,12 @@ async def _attempt(
         try:
             nxt = flow.send(Answered(up.status))
             if isinstance(nxt, Relay):
-                return await _relay(request, up, view)
+                choice = step.choice
+                if overlay is None or choice is None:
+                    return await _relay(request, up, view)
+                return await _relay(
+                    request, up, view, overlay_route.evidence(choice, overlay.table)
+                )
             return nxt
         finally:
             up.release()
@@ -285,20 +309,10 @@ class _Answer(web.StreamResponse):
     _send_headers_immediately = False
 
 
-class Named(Protocol):
-    """Where an answer came from: a `SiteView`, or an overlay's `Slot`."""
-
-    @property
-    def site(self) -> str: ...
-
-    @property
-    def provider(self) -> str: ...
-
-
 def _fill_headers(
     resp: web.StreamResponse,
     up: upstream.Response,
-    view: Named,
+    view: SiteView,
     extra: Sequence[tuple[str, str]] = (),
 ) -> None:
     """The backend's headers minus hop-by-hop ones, with this gateway's `x-grid-*`
@@ -321,7 +335,7 @@ def _fill_headers(
 async def _relay(
     request: web.Request,
     up: upstream.Response,
-    view: Named,
+    view: SiteView,
     extra: Sequence[tuple[str, str]] = (),
 ) -> web.StreamResponse:
     """Status, headers and body of the backend's answer, chunk by chunk, with backpressure.
@@ -363,7 +377,3 @@ async def _relay(
         return resp
     await resp.write_eof(last)
     return resp
-
-
-relay = _relay
-"""The relay, for the overlay's request path (`gateway.overlay_route`)."""

@@ -46,7 +46,7 @@ from gridroute.grid.layout import (
     operator_config,
     operator_url,
 )
-from gridroute.grid.nats_server import READER, NatsCluster, password_of
+from gridroute.grid.nats_server import READER, NatsCluster
 from gridroute.grid.ports import free_ports
 from gridroute.grid.supervisor import Child, ProcessError, Supervisor
 from gridroute.operator.certs import init_certs
@@ -215,14 +215,12 @@ class LocalGrid:
             self._wait(gw, routable, deadline, "seeing every site live")
 
     def _start_nats(self, names: list[str], addrs: Addresses) -> Addresses:
-        """One nats-server with a user per site and one for the gateways."""
-        self.nats = NatsCluster(self.workdir / "nats", names)
+        """One nats-server with a user per site and one for the gateways, each known by
+        its client certificate (a site's is the one it uses on the mesh)."""
+        self.nats = NatsCluster(self.workdir / "nats", names, certs=self.certs)
         self.nats.start()
-        for user in [*names, READER]:
-            (self.nats.directory / f"{user}.pw").write_text(password_of(user) + "\n")
-        return Addresses(
-            addrs.backends, addrs.operators, tuple(self.nats.urls), self.nats.directory
-        )
+        tls = {user: self.nats.client_tls(user) for user in [*names, READER]}
+        return Addresses(addrs.backends, addrs.operators, tuple(self.nats.urls), tls)
 
     def _wait_operator(self, site: str, deadline: float) -> None:
         url = operator_url(self.operator_ports[site]) + "/healthz"

@@ -14,6 +14,7 @@ ratio of durations, and so every share and rho, stays the same.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,8 +119,9 @@ class Addresses:
     """Site -> operator port (https on 127.0.0.1)."""
     nats: tuple[str, ...] = ()
     """NATS server URLs, with `signals: nats`."""
-    nats_passwords: Path | None = None
-    """Directory of `<user>.pw` files for the NATS users (one per site, `gateway`)."""
+    nats_tls: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """NATS user (each site, `gateway`) -> the `tls:` block (caFile, certFile, keyFile)
+    of its client certificate, which the server maps to that user."""
 
 
 def fake_server_args(spec: GridSpec, site: LocalSite, index: int) -> list[str]:
@@ -235,11 +237,10 @@ def _nats_signals(spec: GridSpec, addrs: Addresses, user: str, camel: bool) -> d
     """The `signals:` block of a process under `signals: nats` (nothing on the mesh)."""
     if spec.signals != "nats":
         return {}
-    assert addrs.nats_passwords is not None
-    password = str(addrs.nats_passwords / f"{user}.pw")
-    link = {"servers": list(addrs.nats), "user": user}
-    link["passwordFile" if camel else "password_file"] = password
-    return {"signals": {"transport": "nats", "nats": link}}
+    tls = dict(addrs.nats_tls[user])
+    if not camel:
+        tls = {"ca_file": tls["caFile"], "cert_file": tls["certFile"], "key_file": tls["keyFile"]}
+    return {"signals": {"transport": "nats", "nats": {"servers": list(addrs.nats), "tls": tls}}}
 
 
 def _slow(site: LocalSite) -> float:

@@ -31,6 +31,8 @@ class Kind(enum.StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN_PEER = "forbidden_peer"
+    TLS_HANDSHAKE = "tls_handshake"
+    """A TLS handshake refused (plain HTTP to the TLS port, a bad certificate)."""
     INTERNAL = "internal"
 
 

@@ -93,13 +93,28 @@ def make_site_cert(
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A leaf certificate naming `site` (server or client use), valid for `LOCAL_HOSTS`
     plus `hosts`."""
+    name = f"{site} {'client' if client else 'server'}"
+    return make_leaf(ca, spiffe_id(trust_domain, site), name, client=client, hosts=hosts, now=now)
+
+
+def make_leaf(
+    ca: Authority,
+    uri: str,
+    common_name: str,
+    *,
+    client: bool,
+    hosts: tuple[str, ...] = (),
+    now: dt.datetime | None = None,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A leaf certificate with the URI SAN `uri` (the identity a verifier maps: a site's
+    SPIFFE id, or a NATS user's), valid for `LOCAL_HOSTS` plus `hosts`."""
     now = now or dt.datetime.now(dt.UTC)
     names = list(dict.fromkeys((*LOCAL_HOSTS, *hosts)))
     key = ec.generate_private_key(ec.SECP256R1())
     usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
     cert = (
         x509.CertificateBuilder()
-        .subject_name(_name(f"{site} {'client' if client else 'server'}"))
+        .subject_name(_name(common_name))
         .issuer_name(ca.cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -107,10 +122,7 @@ def make_site_cert(
         .not_valid_after(now + dt.timedelta(days=VALID_DAYS))
         .add_extension(
             x509.SubjectAlternativeName(
-                [
-                    x509.UniformResourceIdentifier(spiffe_id(trust_domain, site)),
-                    *(host_san(n) for n in names),
-                ]
+                [x509.UniformResourceIdentifier(uri), *(host_san(n) for n in names)]
             ),
             critical=False,
         )
@@ -121,7 +133,15 @@ def make_site_cert(
     return key, cert
 
 
-def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
+def load_ca(out: Path) -> Authority:
+    """The CA `init_certs` wrote to `out` (`ca.crt`, `ca.key`), to sign more leaves."""
+    key = serialization.load_pem_private_key((out / "ca.key").read_bytes(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return Authority(key, x509.load_pem_x509_certificate((out / "ca.crt").read_bytes()))
+
+
+def write_leaf(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
+    """`path`.crt and `path`.key (the key mode 0600), PEM."""
     path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path = path.with_suffix(".key")
     key_path.write_bytes(
@@ -141,11 +161,11 @@ def init_certs(
     the server certificates also name `hosts`."""
     out.mkdir(parents=True, exist_ok=True)
     ca = make_ca(trust_domain)
-    _write(out / "ca", ca.key, ca.cert)
+    write_leaf(out / "ca", ca.key, ca.cert)
     for site in sites:
         (out / site).mkdir(exist_ok=True)
         for client in (False, True):
             extra = () if client else hosts
             key, cert = make_site_cert(ca, site, trust_domain, client=client, hosts=extra)
-            _write(out / site / ("client" if client else "server"), key, cert)
+            write_leaf(out / site / ("client" if client else "server"), key, cert)
     return ca

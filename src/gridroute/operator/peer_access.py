@@ -4,7 +4,9 @@
 The TLS handshake already proved the client's chain to the grid CA; a CA that signs
 for several trust domains (or for gateways as well as sites) still must not let every
 holder read every site's load. Refusals are 403 with a JSON body, counted by reason
-(`grid_signals_peer_refused_total{reason}`), and logged at most once per interval.
+(`grid_signals_peer_refused_total{reason}`), and logged at most once per interval;
+so are handshakes the TLS listener refused (`inbound/tls_gate.py`: plain HTTP to
+the TLS port, an expired or untrusted certificate, none at all).
 `/healthz` stays open (a liveness probe carries no client certificate of ours).
 """
 
@@ -20,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gridroute.inbound.client_errors import ClientErrors, Kind
 from gridroute.inbound.guard import json_error
+from gridroute.inbound.tls_gate import HandshakeRefusal, OnRefused
 from gridroute.wire import openai_errors as errs
 
 OPEN_PATHS = frozenset({"/healthz"})
@@ -62,20 +65,35 @@ def peer_uris(request: web.Request) -> list[str]:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def refusal_counter(registry: CollectorRegistry | None) -> Counter:
+    """`grid_signals_peer_refused_total{reason}`: a `PeerVerdict` refusal (403) or a
+    refused TLS handshake (`HandshakeRefusal`: plain HTTP, an expired certificate...)."""
+    return Counter(
+        "grid_signals_peer_refused",
+        "Requests or TLS handshakes refused because the client may not read, by reason.",
+        ["reason"],
+        registry=registry,
+    )
+
+
+def handshake_refusals(refused: Counter, errors: ClientErrors) -> OnRefused:
+    """What the TLS listener does with a refused handshake: count it, log it (limited)."""
+
+    def note(reason: HandshakeRefusal, detail: str, peer: str | None) -> None:
+        refused.labels(reason.value).inc()
+        errors.note(Kind.TLS_HANDSHAKE, f"{reason.value}: {detail}", peer)
+
+    return note
+
+
 def access_middleware(
     trust_domain: str,
     allowed: Iterable[str] | None,
-    registry: CollectorRegistry | None,
+    refused: Counter,
     errors: ClientErrors,
 ) -> Middleware:
     """An aiohttp middleware refusing identities outside the domain or allow-list."""
     allow = None if allowed is None else frozenset(allowed)
-    refused = Counter(
-        "grid_signals_peer_refused",
-        "Requests refused because the client certificate's identity may not read.",
-        ["reason"],
-        registry=registry,
-    )
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:

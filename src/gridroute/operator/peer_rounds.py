@@ -16,24 +16,34 @@ delayed every other peer's rows by its timeout. Here instead:
 * **A failing peer is backed off**: after n consecutive failures it is skipped for
   min(2^(n-1) - 1, `MAX_SKIPPED_ROUNDS`) rounds, so a dead peer costs a connect attempt
   every few seconds instead of every second.
-* **Rounds stretch under overload**: a round that ends with a poll still in flight
-  (the operator, or its peers, could not keep up) doubles `stretch`, the factor on
-  the poll interval, up to `MAX_STRETCH`; each round that completes in time takes a
-  tenth of the excess back. Fewer polls per second is what relieves an overloaded
-  mesh; freshness degrades (older samples, still inside the freshness window) instead
-  of the grid collapsing.
+* **Rounds stretch under overload**: a round in which most of the polls it waited on
+  (started in it, or still in flight from an earlier one) are still running at its
+  deadline doubles `stretch`, the factor on the poll interval, up to `MAX_STRETCH`;
+  any other round takes a tenth of the excess back. Most polls overrunning is what
+  overload looks like (the operator, or the peers as a whole, cannot keep up), and
+  fewer polls per second is what relieves an overloaded mesh: freshness degrades
+  (older samples, still inside the freshness window) instead of the grid collapsing.
+  One frozen or slow peer is not overload: it costs only its own poll, and the other
+  peers keep their interval (the wave-2 rule stretched on any one overrun, so a
+  single frozen peer slowed every peer's rows to 3x).
 * **Judgement keeps the seed's rule**: every peer's round end is the end of the round
   that tried it, also when its poll is still in flight or backed off (it is being
   tried, and it is failing), so a dead peer still goes silent on time.
 
 `grid_signals_poll_skipped_total{target, reason}` counts rounds in which a peer was
 not polled (`in_flight`, `backoff`): overload shows as degraded freshness, counted.
+
+The rounds may run on a loop of their own (the operator runs them on its peer thread,
+`peer_thread.py`, so that peer polling work never delays the local gateways' reads):
+everything they change in the store goes through `deliver`, which the operator points
+at its main loop (`call_soon_threadsafe`); by default it is called at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,6 +93,17 @@ def backoff_rounds(failures: int) -> int:
     return min((1 << (failures - 1)) - 1, MAX_SKIPPED_ROUNDS)
 
 
+def overloaded(*, waited: int, running: int) -> bool:
+    """Whether a round that waited on `waited` polls, `running` of them still running at
+    its deadline, shows overload: more than half overran. One frozen peer among healthy
+    ones is not overload; a round that waited on nothing is not either."""
+    return running * 2 > waited
+
+
+def _now(change: Callable[[], None]) -> None:
+    change()
+
+
 class PeerRounds:
     """Runs poll rounds over `clients`, storing into `store`."""
 
@@ -105,12 +126,22 @@ class PeerRounds:
         """Factor on the poll interval: > 1 while rounds overrun (see the module doc)."""
         self.on_decoded: Callable[[PollOutcome], None] | None = None
         """Called with each poll that decoded (the operator keeps the peer's gateway sums)."""
+        self.deliver: Callable[[Callable[[], None]], object] = _now
+        """Runs a change of the store (and `on_decoded`) where the store lives."""
+
+    def _store_rows(self, outcome: PollOutcome) -> None:
+        assert outcome.decoded is not None
+        self.store.add_peer(outcome.target, outcome.decoded.received)
+        if self.on_decoded is not None:
+            self.on_decoded(outcome)
+
+    def _round_ended(self, ended: float) -> None:
+        for peer in self.peers:
+            self.store.round_end(peer.client.target, ended)
 
     def _completed(self, peer: _Peer, outcome: PollOutcome) -> None:
         if outcome.decoded is not None:
-            self.store.add_peer(outcome.target, outcome.decoded.received)
-            if self.on_decoded is not None:
-                self.on_decoded(outcome)
+            self.deliver(functools.partial(self._store_rows, outcome))
         if outcome.result is PollResult.OK:
             peer.failures = 0
         else:
@@ -140,15 +171,12 @@ class PeerRounds:
             waiting.append(peer.task)
         if waiting:
             await asyncio.wait(waiting, timeout=self.deadline_s)
-        overran = any(p.task is not None and not p.task.done() for p in self.peers)
-        if overran:
+        if overloaded(waited=len(waiting), running=sum(not t.done() for t in waiting)):
             self.stretch = min(MAX_STRETCH, self.stretch * 2.0)
         else:
             self.stretch = max(1.0, 1.0 + (self.stretch - 1.0) * 0.9)
         self.metrics.stretch.set(self.stretch)
-        ended = self.clock()
-        for peer in self.peers:
-            self.store.round_end(peer.client.target, ended)
+        self.deliver(functools.partial(self._round_ended, self.clock()))
         self.rounds += 1
 
     async def close(self) -> None:

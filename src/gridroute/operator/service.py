@@ -8,7 +8,8 @@
 Both loops tick on the monotonic clock and never overlap themselves: each scrape or
 poll has a timeout shorter than the interval, so a round always ends before the
 next one starts. Each operator owns its Prometheus registry, so several can share
-one process (tests do).
+one process (tests do). The peer rounds run on the operator's peer thread
+(`peer_thread.py`), so the local gateways' reads are served ahead of peer polling.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from prometheus_client import CollectorRegistry
 
 from gridroute.inbound.client_errors import ClientErrors
 from gridroute.inbound.guard import Guard, GuardedRunner
+from gridroute.inbound.tls_gate import TLSGateSite
 from gridroute.operator.config import OperatorConfig
 from gridroute.operator.gateway_reports import GatewayReports
 from gridroute.operator.learning import ProviderLearning
 from gridroute.operator.metrics import OperatorMetrics
-from gridroute.operator.peer_access import access_middleware
+from gridroute.operator.peer_access import access_middleware, handshake_refusals, refusal_counter
 from gridroute.operator.peer_rounds import POLL_GIVE_UP_ROUNDS, PeerRounds, SkipMetrics
+from gridroute.operator.peer_thread import Mailbox, PeerThread
 from gridroute.operator.scrape import ProviderScraper
 from gridroute.operator.server import build_app
 from gridroute.operator.store import RelayStore
@@ -77,7 +80,7 @@ class Operator:
             p.name: ProviderLearning(f"{config.site}/{p.name}") for p in config.providers
         }
         tls = config.tls
-        peer_ssl = client_context(tls) if tls is not None else None
+        # One TLS context per peer, so each new connection resumes that peer's session.
         # A poll outlives its round (see peer_rounds.py): it gives up after a few rounds.
         limits = PollLimits(timeout_s=POLL_GIVE_UP_ROUNDS * config.peer_poll_interval_seconds)
         self.peers = [
@@ -85,7 +88,7 @@ class Operator:
                 peer.site,
                 peer.url.rstrip("/") + "/signals?scope=own",
                 metrics=self.metrics.poll,
-                ssl_context=peer_ssl,
+                ssl_context=client_context(tls, resume=True) if tls is not None else None,
                 expected_identity=spiffe_id(config.trust_domain, peer.site) if tls else None,
                 expected_site=peer.site,
                 limits=limits,
@@ -111,6 +114,8 @@ class Operator:
             if nats is not None
             else None
         )
+        self.peer_thread: PeerThread | None = None
+        """Where the peer rounds run once started (before: inline, as tests drive them)."""
         self.rounds = 0
         self.started_at: float | None = None
         self._runner: web.AppRunner | None = None
@@ -132,21 +137,34 @@ class Operator:
         )
         self.client_errors = errors
         app = build_app(self)
-        if cfg.tls is not None:
+        refused = refusal_counter(self.metrics.registry) if cfg.tls is not None else None
+        if refused is not None:
             app.middlewares.append(
-                access_middleware(
-                    cfg.trust_domain, cfg.allowed_identities, self.metrics.registry, errors
-                )
+                access_middleware(cfg.trust_domain, cfg.allowed_identities, refused, errors)
             )
         self._runner = GuardedRunner(app, guard=Guard(cfg.listener, errors), access_log=None)
         await self._runner.setup()
-        ssl_ctx = server_context(cfg.tls) if cfg.tls is not None else None
-        site = web.TCPSite(self._runner, cfg.host, cfg.port, ssl_context=ssl_ctx)
+        site: web.TCPSite
+        if cfg.tls is not None and refused is not None:
+            site = TLSGateSite(
+                self._runner,
+                cfg.host,
+                cfg.port,
+                ssl_context=server_context(cfg.tls),
+                on_refused=handshake_refusals(refused, errors),
+                handshake_timeout_s=cfg.listener.header_timeout_s,
+            )
+        else:
+            site = web.TCPSite(self._runner, cfg.host, cfg.port)
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else cfg.port
         self._session = aiohttp.ClientSession()
+        if self.peers:
+            self.peer_thread = PeerThread(f"peers-{cfg.site}")
+            self.peer_thread.start()
+            self.peer_rounds.deliver = Mailbox(asyncio.get_running_loop()).deliver
         self._tasks = [
             asyncio.create_task(self._every(cfg.scrape_interval_seconds, self.scrape_round)),
             asyncio.create_task(
@@ -166,15 +184,23 @@ class Operator:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        await self.peer_rounds.close()
-        for client in self.peers:
-            await client.close()
+        if self.peer_thread is not None:
+            await self.peer_thread.run(self._close_peers())
+            await self.peer_thread.stop()
+            self.peer_thread = None
+        else:
+            await self._close_peers()
         if self.publisher is not None:
             await self.publisher.close()
         if self._session is not None:
             await self._session.close()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def _close_peers(self) -> None:
+        await self.peer_rounds.close()
+        for client in self.peers:
+            await client.close()
 
     async def run_forever(self) -> None:
         await self.start()
@@ -225,7 +251,10 @@ class Operator:
         """One peer round (`PeerRounds`): rows stored as each poll completes."""
         if not self.peers:
             return
-        await self.peer_rounds.round()
+        if self.peer_thread is not None:
+            await self.peer_thread.run(self.peer_rounds.round())
+        else:
+            await self.peer_rounds.round()
         self.rounds += 1
 
     # --- status ---------------------------------------------------------------------

@@ -27,6 +27,7 @@ def server_context(tls: TLSFiles) -> ssl.SSLContext:
     return ctx
 
 
-def client_context(tls: TLSFiles) -> ssl.SSLContext:
-    """Poll with this site's client certificate; require a peer chain to the CA."""
-    return client_ssl_context(client_files(tls), SOURCE)
+def client_context(tls: TLSFiles, *, resume: bool = False) -> ssl.SSLContext:
+    """Poll with this site's client certificate; require a peer chain to the CA. With
+    `resume`, one context per peer that resumes its last TLS session."""
+    return client_ssl_context(client_files(tls), SOURCE, resume=resume)

@@ -3,8 +3,10 @@
 An operator on NATS does not poll its peers: it publishes what it scraped, once per
 scrape, on `<prefix>.<site>` (the relay format, `latest` rows only: one sample per
 provider, so no byte is sent twice), with its clock in `X-Grid-Time` for readers to
-re-base the stamps as on the mesh. A publish while the connection is down is counted
-and skipped (the next scrape publishes newer rows); the client reconnects on its own.
+re-base the stamps as on the mesh. A publish while the connection is down (or before
+any server accepted this site's certificate) is counted and skipped, without waiting
+(`relay/nats_connection.py`): the next scrape publishes newer rows, and the client
+reconnects on its own.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from gridroute.relay.nats_link import NatsLink, connect_options
+from gridroute.relay.nats_connection import NatsConnection, NotConnected
+from gridroute.relay.nats_link import NatsLink
 from gridroute.wire.signals import TIME_HEADER
 
 log = logging.getLogger(__name__)
@@ -57,20 +59,9 @@ class NatsPublisher:
         self.subject = link.subject(site)
         self._metrics = metrics
         self._clock = clock
-        self._nc: Any = None
+        self._conn = NatsConnection(link, f"gridroute-operator-{site}", error_cb=self._on_error)
         self.refusals: list[str] = []
-        """Errors the server sent back (a permissions violation lands here)."""
-
-    async def _connect(self) -> Any:
-        if self._nc is not None and not self._nc.is_closed:
-            return self._nc
-        import nats  # the optional transport: imported only when it is configured
-
-        self._nc = await nats.connect(
-            **connect_options(self.link, f"gridroute-operator-{self.site}"),
-            error_cb=self._on_error,
-        )
-        return self._nc
+        """Errors the server sent back (a permissions violation, a refused certificate)."""
 
     async def _on_error(self, exc: Exception) -> None:
         text = str(exc)
@@ -80,13 +71,16 @@ class NatsPublisher:
     async def publish(self, body: bytes) -> bool:
         """Publish one body; True when it left for the server (never raises)."""
         try:
-            nc = await self._connect()
+            nc = await self._conn.get()
             if not nc.is_connected:
                 self._metrics.published.labels("disconnected").inc()
                 return False
             headers = {TIME_HEADER: f"{self._clock():.3f}"}
             await nc.publish(self.subject, body, headers=headers)
-        except Exception as exc:  # no server yet, or a broken connection
+        except NotConnected:  # no server yet, or none accepts us: never waits long
+            self._metrics.published.labels("disconnected").inc()
+            return False
+        except Exception as exc:  # a broken connection
             self._metrics.published.labels("error").inc()
             log.debug("nats publish failed: %s", exc)
             return False
@@ -95,12 +89,9 @@ class NatsPublisher:
         return True
 
     async def flush(self) -> None:
-        if self._nc is not None and self._nc.is_connected:
-            await self._nc.flush(timeout=self.link.flush_timeout_s)
+        nc = self._conn.client
+        if nc is not None and nc.is_connected:
+            await nc.flush(timeout=self.link.flush_timeout_s)
 
     async def close(self) -> None:
-        if self._nc is not None:
-            try:
-                await self._nc.close()
-            finally:
-                self._nc = None
+        await self._conn.close()

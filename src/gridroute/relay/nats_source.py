@@ -28,7 +28,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from gridroute.relay.nats_link import NatsLink, connect_options
+from gridroute.relay.nats_connection import NatsConnection
+from gridroute.relay.nats_link import NatsLink
 from gridroute.relay.poller import (
     PollLimits,
     PollMetrics,
@@ -75,7 +76,14 @@ class NatsSignalsSource:
         self._metrics = metrics
         self._clock = clock
         self._log = logger
-        self._nc: Any = None
+        self._conn = NatsConnection(
+            link,
+            name,
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnected,
+            reconnected_cb=self._on_reconnected,
+        )
+        self._subscribed = False
         self._samples: dict[tuple[str, str], deque[Received]] = {}
         self._offsets: dict[str, float] = {}
         self._dropped: Counter[str] = Counter()
@@ -88,18 +96,10 @@ class NatsSignalsSource:
     # --- connection -------------------------------------------------------------------
 
     async def _connect(self) -> Any:
-        if self._nc is not None and not self._nc.is_closed:
-            return self._nc
-        import nats  # the optional transport: imported only when it is configured
-
-        nc = await nats.connect(
-            **connect_options(self.link, self.name),
-            error_cb=self._on_error,
-            disconnected_cb=self._on_disconnected,
-            reconnected_cb=self._on_reconnected,
-        )
-        await nc.subscribe(f"{self.link.subject_prefix}.*", cb=self._on_message)
-        self._nc = nc
+        nc = await self._conn.get()  # NotConnected at once while no server accepts us
+        if not self._subscribed:
+            await nc.subscribe(f"{self.link.subject_prefix}.*", cb=self._on_message)
+            self._subscribed = True
         return nc
 
     async def _on_error(self, exc: Exception) -> None:
@@ -109,14 +109,11 @@ class NatsSignalsSource:
         self._log.info("nats: disconnected; reconnecting")
 
     async def _on_reconnected(self) -> None:
-        self._log.info("nats: reconnected to %s", getattr(self._nc, "connected_url", "?"))
+        self._log.info("nats: reconnected to %s", getattr(self._conn.client, "connected_url", "?"))
 
     async def close(self) -> None:
-        if self._nc is not None:
-            try:
-                await self._nc.close()
-            finally:
-                self._nc = None
+        await self._conn.close()
+        self._subscribed = False
 
     # --- messages ---------------------------------------------------------------------
 

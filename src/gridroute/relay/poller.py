@@ -35,6 +35,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gridroute.relay.tls_resumption import ResumingContext
 from gridroute.tls import TLSFiles, load_context
 from gridroute.wire.signals import (
     CURSOR_HEADER,
@@ -65,15 +66,21 @@ class PollResult(StrEnum):
     UNDECODABLE = "undecodable"
 
 
-def client_ssl_context(files: TLSFiles, source: str = "operator config") -> ssl.SSLContext:
+def client_ssl_context(
+    files: TLSFiles, source: str = "operator config", *, resume: bool = False
+) -> ssl.SSLContext:
     """The context a poller presents: our client certificate, the site CA, no host names.
 
     Capped at TLS 1.2 on purpose: under TLS 1.3 a responder that refuses our client
     certificate does so after the handshake, and the client sees a bare disconnect it
     cannot tell from a crash; under 1.2 the refusal is a handshake alert, which is
     what lets a poll end in `unauthorized` rather than `unreachable`.
+
+    With `resume`, a `ResumingContext`: build one per target, so that a new connection
+    resumes that target's last TLS session (`tls_resumption.py`).
     """
-    ctx = load_context(files, source, ssl.Purpose.SERVER_AUTH)
+    cls = ResumingContext if resume else ssl.SSLContext
+    ctx = load_context(files, source, ssl.Purpose.SERVER_AUTH, cls)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2
@@ -119,6 +126,11 @@ class PollMetrics:
         self.response_bytes = Gauge(
             "grid_signals_response_bytes", "Size of the last /signals body (read limit 1 MiB).",
             ["target"], **kw,
+        )  # fmt: skip
+        self.handshakes = Counter(
+            "grid_signals_tls_handshakes_total",
+            "New TLS connections to a /signals target: a full handshake, or a resumed session.",
+            ["target", "kind"], **kw,
         )  # fmt: skip
 
     def count(self, outcome: PollOutcome, body_bytes: int | None = None) -> None:
@@ -171,9 +183,14 @@ class _IdentityConnector(aiohttp.TCPConnector):
     held across aiohttp 3.x.
     """
 
-    def __init__(self, identity: str, **kw: Any) -> None:
+    def __init__(
+        self, identity: str, on_handshake: Callable[[bool], None] | None = None, **kw: Any
+    ) -> None:
         super().__init__(**kw)
         self._identity = identity
+        self._on_handshake = on_handshake
+        ctx = kw.get("ssl")
+        self._resuming = ctx if isinstance(ctx, ResumingContext) else None
 
     async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
         proto = await super()._create_connection(req, traces, timeout)
@@ -187,6 +204,11 @@ class _IdentityConnector(aiohttp.TCPConnector):
             raise IdentityMismatch(
                 f"certificate names {', '.join(uris) or 'no URI'}, expected {self._identity}"
             )
+        if sslobj is not None:
+            if self._on_handshake is not None:
+                self._on_handshake(bool(sslobj.session_reused))
+            if self._resuming is not None:  # verified: offer this session next time
+                self._resuming.session = sslobj.session
         return proto
 
 
@@ -199,7 +221,8 @@ class _Refused(Exception):
 def _classify_tls(exc: BaseException, tls: bool) -> PollResult | None:
     """Name a TLS failure, or None when the error is not about TLS.
 
-    Our own verification failing (untrusted chain, wrong URI SAN) is `bad_identity`.
+    Our own verification failing (untrusted chain, wrong URI SAN, or a responder that
+    answers plain HTTP where TLS is required) is `bad_identity`.
     The responder refusing our certificate is `unauthorized`: it shows either as a TLS
     alert or, from asyncio servers, as a reset of the connection during the handshake
     (a TCP connect never fails with a reset, so a reset while connecting with TLS is
@@ -218,8 +241,8 @@ def _classify_tls(exc: BaseException, tls: bool) -> PollResult | None:
             return PollResult.BAD_IDENTITY
         if isinstance(seen, ssl.SSLError | aiohttp.ClientSSLError):
             text = str(seen).lower()
-            if "certificate verify failed" in text:
-                return PollResult.BAD_IDENTITY
+            if "certificate verify failed" in text or "wrong version number" in text:
+                return PollResult.BAD_IDENTITY  # a plain-HTTP responder proves no identity
             return PollResult.UNAUTHORIZED
         if (
             tls
@@ -282,12 +305,17 @@ class SignalsClient:
             await self._session.close()
             self._session = None
 
+    def _handshake(self, resumed: bool) -> None:
+        self._metrics.handshakes.labels(self.target, "resumed" if resumed else "full").inc()
+
     def _session_for_loop(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             ssl_arg = self._ssl if self._ssl is not None else True
             connector: aiohttp.TCPConnector
             if self.expected_identity is not None:
-                connector = _IdentityConnector(self.expected_identity, ssl=ssl_arg)
+                connector = _IdentityConnector(
+                    self.expected_identity, on_handshake=self._handshake, ssl=ssl_arg
+                )
             else:
                 connector = aiohttp.TCPConnector(ssl=ssl_arg)
             self._session = aiohttp.ClientSession(

@@ -36,9 +36,11 @@ from gridroute.core.flow import (
     Wake,
     request_flow,
 )
-from gridroute.sim.gateway import MODEL, SimGateway
+from gridroute.core.group_route import build_table
+from gridroute.sim.gateway import SimGateway
 from gridroute.sim.model import Network, SimOperator, SimRequest, SimSite
 from gridroute.sim.scenario import (
+    MODEL,
     ClientsEvent,
     FailEvent,
     MetricsDownEvent,
@@ -48,6 +50,7 @@ from gridroute.sim.scenario import (
 )
 from gridroute.sim.tally import Probe, Series, Tally
 from gridroute.sim.worlds import available_slots, build_operators, build_sites, external_changes
+from gridroute.wire.overlay import to_index
 
 COMPLETE, CONNECT_FAIL, DISTURB, SCRAPE, OP_POLL, GW_POLL, DRAIN, EXPIRE, SEND = range(9)
 PRIORITY = (
@@ -69,6 +72,9 @@ taken at the very instant of the first sends would be ambiguous about them."""
 
 NO_SITE_RETRY_S = 1.0
 """A client that got 503/404 (no site at all) tries again after this long."""
+
+FULL_RETRY_S = 1.0
+"""A client that got a full site's 429 (nowhere else took it) tries again after this long."""
 
 Handler = Callable[[float, Any], None]
 
@@ -131,9 +137,18 @@ class SimRun:
         self.network = Network()
         self.now = PRIME_AT
         """The time of the event being handled: every gateway's clock."""
+        table = None if sc.overlay is None else build_table(to_index(sc.overlay))
         self.gateways = [
             SimGateway(
-                i, site, names, sc.availability, policy, Random(f"{base}:pick:{i}"), self.clock
+                i,
+                site,
+                names,
+                sc.availability,
+                policy,
+                Random(f"{base}:pick:{i}"),
+                self.clock,
+                table,
+                sc.overlay_max_attempts,
             )
             for i, site in enumerate(sc.placement)
         ]
@@ -265,7 +280,9 @@ class SimRun:
             return
         gw = self.gateways[self.client_gw[client]]
         req = SimRequest(client, t)
-        flow = req.flow = request_flow(gw, MODEL, gw.policy, None, self.client_keys[client])
+        flow = req.flow = request_flow(
+            gw, MODEL, gw.policy, overlay=gw.overlay, client=self.client_keys[client]
+        )
         self._do(gw, req, next(flow), t)
 
     def _next(self, t: float, client: int, delay: float = 0.0) -> None:
@@ -291,6 +308,11 @@ class SimRun:
                 req.held_at = t
                 gw.held.append(req)
                 self.at(step.deadline, EXPIRE, self._expire, req)
+        elif isinstance(step, Relay) and step.status == 429:
+            # A full site's refusal that found nowhere else: the client sees a 429.
+            if self.tally.counts(t):
+                self.tally.shed += 1
+            self._next(t, req.client, FULL_RETRY_S)
         elif isinstance(step, Relay):
             view = step.decision.view
             assert view is not None
@@ -327,6 +349,10 @@ class SimRun:
             return
         req.site = site
         if not site.has_slot:
+            if site.refuses:  # `when_full: refuse`: a 429 at once, before any service
+                self._end_attempt(gw, req, t)
+                self._feed(gw, req, Answered(429), t)
+                return
             if self.tally.counts(t):
                 self.tally.overshoot += 1
             site.queue.append(req)

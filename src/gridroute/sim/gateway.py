@@ -4,7 +4,10 @@ It owns exactly what a real gateway owns: a `GridState` refreshed once per poll 
 local operator, an `OwnLoad` of its requests in flight, its ejected candidates, a seeded
 random source and, for the admission queue, the requests it holds. It is the `FlowGrid`
 the core's request flow reads (`core/flow.py`), the same flow the gateway's handler
-drives, so the simulator measures the shipped behaviour.
+drives, so the simulator measures the shipped behaviour. Under a scenario's routing
+overlay it also owns what a gateway's overlay watch owns: the route table and its own
+picker positions (process-local, as in a gateway), handed to the flow as one
+`OverlayRequest` (a simulated request has no session, so every request's is the same).
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from gridroute.core import (
 from gridroute.core.ejection import Ejections
 from gridroute.core.fairness import FairAdmission
 from gridroute.core.gateway_load import combine
-from gridroute.sim.model import PROVIDER, SimOperator, SimRequest
-
-MODEL = "sim-model"
-"""The one model every simulated site serves."""
+from gridroute.core.group_route import RouteTable
+from gridroute.core.overlay_request import OverlayRequest
+from gridroute.core.pickers import PickerStates
+from gridroute.sim.model import SimOperator, SimRequest
+from gridroute.sim.scenario import MODEL, PROVIDER
 
 
 def candidates_for(site: str, sites: list[str]) -> list[Candidate]:
@@ -48,6 +52,7 @@ class SimGateway:
         "fairness",
         "held",
         "index",
+        "overlay",
         "own",
         "policy",
         "rng",
@@ -64,6 +69,8 @@ class SimGateway:
         policy: Policy,
         rng: Random,
         clock: Callable[[], float],
+        table: RouteTable | None = None,
+        max_attempts: int = 1,
     ) -> None:
         self.index = index
         self.site = site
@@ -78,6 +85,10 @@ class SimGateway:
         self.held: deque[SimRequest] = deque()
         self.drain_pending = False
         self._snapshot: Snapshot | None = None
+        self.overlay: OverlayRequest | None = None
+        """Under the scenario's overlay: every request's overlay inputs (no sessions)."""
+        if table is not None:
+            self.overlay = OverlayRequest(table, PickerStates(), max_attempts=max_attempts)
 
     @property
     def snapshot(self) -> Snapshot:

@@ -16,10 +16,7 @@ from random import Random
 
 from gridroute.core.flow import Feed, Step
 from gridroute.core.sample import Sample
-from gridroute.sim.scenario import ServiceSpec, SizeSpec
-
-PROVIDER = "default"
-"""Every simulated site runs one provider; its candidate key is `SITE/default`."""
+from gridroute.sim.scenario import PROVIDER, ServiceSpec, SizeSpec
 
 
 class ServiceTimes:
@@ -99,6 +96,7 @@ class SimSite:
         "metrics_up",
         "name",
         "queue",
+        "refuses",
         "scale",
         "serving",
         "sizes",
@@ -127,6 +125,8 @@ class SimSite:
         self.serving: set[SimRequest] = set()
         self.up = True
         self.metrics_up = True
+        self.refuses = False
+        """Answers 429 when every slot is busy instead of queueing (`when_full: refuse`)."""
 
     @property
     def has_slot(self) -> bool:

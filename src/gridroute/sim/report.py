@@ -53,6 +53,9 @@ def table(scenario: Scenario, results: list[RunResult]) -> Table:
     caps = capacity_shares(scenario)
     gw = scenario.gateways
     gw_text = f"{gw} gateway{'s' if gw != 1 else ''}" if isinstance(gw, int) else f"gateways {gw}"
+    if scenario.overlay is not None:  # the overlay's picker decides, not the policy
+        pickers = sorted({cap.picker.value for cap in scenario.overlay.models})
+        gw_text += f", overlay picker {', '.join(pickers)}"
     t = Table(title=f"{scenario.name}: {scenario.duration_s:g} s, {gw_text}")
     t.add_column("clients", justify="right")
     t.add_column("policy")

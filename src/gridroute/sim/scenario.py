@@ -7,6 +7,10 @@ constant service, 44.6 s, 64/128/256 clients, 1 s scrapes and polls, and the thr
 policies side by side. `availability` is the core's own `AvailabilitySettings`, so the
 simulator and the gateway read one definition of every selection default.
 
+`overlay` is a routing overlay (docs/overlay.md: the very schema a gateway reads), inline
+or a file named relative to the scenario; with one, the overlay's groups and picker
+decide every request through the same request flow a gateway runs.
+
 `load_scenario` turns every failure (unreadable file, bad YAML, a field out of range)
 into one `ConfigError` (gridroute.config) that names the file, the field and the reason, because the
 person reading it is editing that file.
@@ -27,11 +31,17 @@ from pydantic import (
     model_validator,
 )
 
-from gridroute.config import load, validate
+from gridroute.config import load, read_text, validate
+from gridroute.core.overlay_request import DEFAULT_MAX_ATTEMPTS
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.wire.overlay import Overlay, parse_overlay
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+MODEL = "sim-model"
+"""The one model every simulated site serves."""
+PROVIDER = "default"
+"""The one provider at every simulated site (candidate keys are `SITE/default`)."""
 _NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
@@ -140,6 +150,11 @@ class ScenarioSite(BaseModel):
     clock_skew_s: float = 0.0
     """This site's clocks run this far ahead (negative: behind). Readers re-base every row
     by the responder's Date, as the real poller does, so skew should not matter."""
+    when_full: Literal["queue", "refuse"] = "queue"
+    """What the site does with a request that arrives with every slot busy: `queue` it
+    (FIFO, counted as overshoot), or `refuse` it with a 429 at once, as a server with a
+    bounded queue or a shedding endpoint picker does (the flow then retries elsewhere:
+    under an overlay, in the group, then the next group)."""
 
 
 class _Timed(BaseModel):
@@ -300,6 +315,14 @@ class Scenario(BaseModel):
     would be configured."""
     events: list[EventSpec] = Field(default_factory=list)
     """Timed disturbances: partition, fail, restart_operator, clients, metrics_down."""
+    overlay: Overlay | None = None
+    """A routing overlay for `sim-model` (inline, or an overlay file's name relative to
+    the scenario): its selection groups and picker decide every request instead of the
+    policy, retrying in the group and falling through as a gateway does. Candidates
+    name scenario sites, provider `default`. Default: none."""
+    overlay_max_attempts: int = Field(DEFAULT_MAX_ATTEMPTS, ge=1, le=10)
+    """Attempts per request under `overlay`, the first included (the gateway's
+    `overlay.max_attempts`)."""
 
     @property
     def client_counts(self) -> list[int]:
@@ -361,7 +384,30 @@ class Scenario(BaseModel):
             site = site or getattr(ev, "metrics_down", None)
             if site is not None:
                 _known([site], names, f"events.{i}")
+        if self.overlay is not None:
+            _check_overlay(self.overlay, names)
         return self
+
+
+def _check_overlay(overlay: Overlay, names: Sequence[str]) -> None:
+    """The overlay routes the simulated model over the scenario's sites only."""
+    if not any(cap.model == MODEL for cap in overlay.models):
+        raise ValueError(f"overlay.models: no entry for the simulated model {MODEL!r}")
+    for i, cap in enumerate(overlay.models):
+        if cap.model != MODEL:
+            raise ValueError(
+                f"overlay.models.{i}.model: the simulator serves one model, {MODEL!r} "
+                f"(got {cap.model!r})"
+            )
+        for part in ("candidates", "excluded"):
+            for j, c in enumerate(getattr(cap, part)):
+                where = f"overlay.models.{i}.{part}.{j}"
+                _known([c.site], names, f"{where}.site")
+                if c.provider != PROVIDER:
+                    raise ValueError(
+                        f"{where}.provider: a simulated site has one provider, "
+                        f"{PROVIDER!r} (got {c.provider!r})"
+                    )
 
 
 def _known(values: Sequence[str], names: Sequence[str], where: str) -> None:
@@ -376,5 +422,14 @@ def parse_scenario(data: Any, file: str = "<scenario>") -> Scenario:
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file."""
-    return load(path, Scenario)
+    """Read and validate a scenario file, and the overlay file it names, if any (a
+    problem in that file is reported with that file's name and field)."""
+
+    def named_overlay(data: dict[str, Any]) -> dict[str, Any]:
+        name = data.get("overlay")
+        if not isinstance(name, str):
+            return data
+        where = Path(path).parent / name
+        return {**data, "overlay": parse_overlay(read_text(where, "overlay"), str(where))}
+
+    return load(path, Scenario, named_overlay)

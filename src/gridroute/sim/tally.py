@@ -7,7 +7,8 @@ Only what happens inside the measured span `[warmup_s, duration_s]` counts:
 * **peak window share**: the largest share one site carried in any window of
   `window_s` seconds (sliding in steps of `BUCKET_S`) inside the span.
 * **overshoot**: requests that arrived at a site with every slot busy.
-* **shed**: 429 answers (each is one attempt; the client retries after Retry-After).
+* **shed**: 429 answers, the gateway's own or a full site's (`when_full: refuse`) that no
+  retry placed elsewhere (each is one attempt; the client retries after Retry-After).
 * **failed**: requests that ended in an error the client saw (a failed connect that
   also failed its one retry, or a request in service at a site that failed).
 * **latency**: from a request's send to its answer, including any gateway hold,

@@ -29,6 +29,7 @@ def build_sites(sc: Scenario, base: str) -> list[SimSite]:
         site = SimSite(spec.name, spec.slots, spec.service_scale, times, sizes)
         if spec.external is not None:
             site.external = spec.external.level(0.0)
+        site.refuses = spec.when_full == "refuse"
         sites.append(site)
     return sites
 

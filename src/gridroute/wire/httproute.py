@@ -8,8 +8,15 @@
 * One rule, one backendRef per map entry at the entry's weight, weight 0 included; more
   than 16 entries is `InvalidPlan` (one rule holds at most 16 backendRefs).
 * Each backendRef is an `ExternalName` Service `tmb-<hash>` pointing at the home's host
-  on `backend_port`; with `rewrite_hostname` it carries a `URLRewrite` filter setting the
-  hostname; with `backend_tls` a `BackendTLSPolicy` per backend validates that host.
+  on `backend_port` (or, with `backend_type` EndpointSlice, a selector-less Service and
+  EndpointSlices holding the IPs of the home cluster's own Gateway: `route_backends`);
+  with `rewrite_hostname` it carries a `URLRewrite` filter setting the hostname; with
+  `backend_tls` a `BackendTLSPolicy` per backend validates that host.
+* The backends live in the route's namespace; with `backend_namespace` "service" and a
+  `route_namespace` of its own, they stay in the service's namespace, the backendRefs
+  name that namespace, and a `ReferenceGrant` there allows the route to use them. If an
+  EndpointSlice backend has no IP address the publish fails (`ApplyFailed`): the last
+  published route, with its weights, stays.
 
 Nothing here talks to a cluster: `render` turns a map and options into plain dicts, or
 says why it cannot (`PlanRefused`, whose outcome is the Published reason).
@@ -19,16 +26,26 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from gridroute.core.trafficmap_publication import PublishOutcome
+from gridroute.wire.route_backends import (
+    endpoint_slices,
+    external_name_service,
+    reference_grant,
+    selectorless_service,
+)
 from gridroute.wire.trafficmap import TrafficMap
 
 GROUP = "gateway.networking.k8s.io"
 MAX_BACKEND_REFS = 16
 ISVC_LABEL = "ome.io/placement-endpoint-isvc"
+NAMESPACE_LABEL = "gridroute.io/service-namespace"
+"""With ISVC_LABEL, selects one service's objects: two namespaces' `chat` publishing
+into one route namespace never prune each other's backends."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gridroute"}
 _TEMPLATE_FIELD = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
 
@@ -58,6 +75,13 @@ class RouteOptions:
     ca_config_map: str | None = None
     """ConfigMap holding the CA for backend TLS; the system CAs when unset."""
     section_name: str | None = None
+    backend_type: Literal["ExternalName", "EndpointSlice"] = "ExternalName"
+    backend_namespace: Literal["route", "service"] = "route"
+    """Where the backends live when the route has a namespace of its own."""
+    addresses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """EndpointSlice backends: cluster -> IP addresses of its workload Gateway."""
+    address_errors: Mapping[str, str] = field(default_factory=dict)
+    """EndpointSlice backends: cluster -> why its addresses could not be read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +89,19 @@ class RenderedRoute:
     route: dict[str, Any]
     services: list[dict[str, Any]] = field(default_factory=list)
     policies: list[dict[str, Any]] = field(default_factory=list)
+    endpoint_slices: list[dict[str, Any]] = field(default_factory=list)
+    grants: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def objects(self) -> list[dict[str, Any]]:
-        return [self.route, *self.services, *self.policies]
+        return [self.route, *self.services, *self.endpoint_slices, *self.policies, *self.grants]
+
+    @property
+    def backend_namespace(self) -> str:
+        """Where the Services (and slices, policies, grant) live."""
+        if self.services:
+            return str(self.services[0]["metadata"]["namespace"])
+        return str(self.route["metadata"]["namespace"])
 
     def weights(self) -> dict[str, int]:
         """Weight per backend Service name, as the gateway will read them."""
@@ -104,6 +137,31 @@ def route_name(service: str, namespace: str, route_namespace: str | None) -> str
 
 def backend_name(namespace: str, service: str, cluster: str) -> str:
     return f"tmb-{_digest(namespace, service, cluster, n=10)}"
+
+
+def grant_name(route_namespace: str, namespace: str, service: str) -> str:
+    return f"tmg-{_digest(route_namespace, namespace, service, n=10)}"
+
+
+def labels_of(service: str, namespace: str) -> dict[str, str]:
+    return {ISVC_LABEL: service, NAMESPACE_LABEL: namespace, **MANAGED_BY}
+
+
+def selector_of(service: str, namespace: str) -> str:
+    """The label selector of one service's objects (the Kubernetes publisher prunes by it)."""
+    return f"{ISVC_LABEL}={service},{NAMESPACE_LABEL}={namespace}"
+
+
+def _addresses(cluster: str, opts: RouteOptions) -> tuple[str, ...]:
+    found = opts.addresses.get(cluster, ())
+    if not found:
+        why = opts.address_errors.get(cluster, "no workload Gateway is configured for it")
+        raise PlanRefused(
+            PublishOutcome.APPLY_FAILED,
+            f"entry {cluster}: EndpointSlice backends need an IP address of its workload "
+            f"Gateway: {why}",
+        )
+    return found
 
 
 def claimed_target(namespace: str, name: str) -> str:
@@ -144,7 +202,8 @@ def render(tm: TrafficMap, opts: RouteOptions) -> RenderedRoute:
     service, source_ns = tm.spec.service, tm.metadata.namespace
     namespace = opts.route_namespace or source_ns
     name = route_name(service, source_ns, opts.route_namespace)
-    labels = {ISVC_LABEL: service, **MANAGED_BY}
+    labels = labels_of(service, source_ns)
+    backend_ns = source_ns if opts.backend_namespace == "service" else namespace
 
     parent: dict[str, Any] = {"group": GROUP, "kind": "Gateway", "name": gw_name}
     if gw_ns:
@@ -152,7 +211,7 @@ def render(tm: TrafficMap, opts: RouteOptions) -> RenderedRoute:
     if opts.section_name:
         parent["sectionName"] = opts.section_name
 
-    refs, services, policies = [], [], []
+    refs, services, policies, slices = [], [], [], []
     for entry in entries:
         backend_host = _host(entry.endpoint, entry.cluster)
         backend = backend_name(source_ns, service, entry.cluster)
@@ -163,26 +222,21 @@ def render(tm: TrafficMap, opts: RouteOptions) -> RenderedRoute:
             "port": opts.backend_port,
             "weight": entry.weight,
         }
+        if backend_ns != namespace:
+            ref["namespace"] = backend_ns
         if opts.rewrite_hostname:
             ref["filters"] = [{"type": "URLRewrite", "urlRewrite": {"hostname": backend_host}}]
         refs.append(ref)
         meta = {
             "name": backend,
-            "namespace": namespace,
+            "namespace": backend_ns,
             "labels": {**labels, "ome.io/workload-cluster": entry.cluster},
         }
-        services.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": meta,
-                "spec": {
-                    "type": "ExternalName",
-                    "externalName": backend_host,
-                    "ports": [{"name": "http", "port": opts.backend_port, "protocol": "TCP"}],
-                },
-            }
-        )
+        if opts.backend_type == "EndpointSlice":
+            services.append(selectorless_service(meta, opts.backend_port))
+            slices += endpoint_slices(meta, _addresses(entry.cluster, opts), opts.backend_port)
+        else:
+            services.append(external_name_service(meta, backend_host, opts.backend_port))
         if opts.backend_tls:
             validation: dict[str, Any] = {"hostname": backend_host}
             if opts.ca_config_map:
@@ -202,6 +256,11 @@ def render(tm: TrafficMap, opts: RouteOptions) -> RenderedRoute:
                     },
                 }
             )
+    grants = []
+    if backend_ns != namespace and services:
+        grant = grant_name(namespace, backend_ns, service)
+        names = [svc["metadata"]["name"] for svc in services]
+        grants.append(reference_grant(grant, backend_ns, labels, namespace, names))
     route = {
         "apiVersion": f"{GROUP}/v1",
         "kind": "HTTPRoute",
@@ -217,4 +276,4 @@ def render(tm: TrafficMap, opts: RouteOptions) -> RenderedRoute:
             ],
         },
     }
-    return RenderedRoute(route, services, policies)
+    return RenderedRoute(route, services, policies, slices, grants)

@@ -1,0 +1,114 @@
+"""A new connection to a peer resumes its last TLS session instead of a full handshake.
+
+A real operator serves over mutual TLS; a poller drops its connection between polls
+(as a given-up poll or a peer's idle close would). With one resuming context per
+peer, as the operator builds them, the second connection resumes the first one's
+session, and the peer's identity is still checked on it; a plain context pays the
+full handshake each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from operator_fixtures import Certs, free_port, operator_config
+from prometheus_client import CollectorRegistry
+
+from gridroute.operator.service import Operator
+from gridroute.operator.tls import client_context
+from gridroute.relay.poller import PollMetrics, PollResult, SignalsClient
+from gridroute.relay.tls_resumption import ResumingContext
+from gridroute.wire.identity import spiffe_id
+
+
+def handshakes(registry: CollectorRegistry, kind: str) -> float:
+    value = registry.get_sample_value(
+        "grid_signals_tls_handshakes_total", {"target": "west", "kind": kind}
+    )
+    return value or 0.0
+
+
+def test_a_new_connection_resumes_the_peers_last_session(certs: Certs) -> None:
+    async def scenario() -> None:
+        west = Operator(operator_config("west", free_port(), certs=certs))
+        await west.start()
+        try:
+            for resume in (True, False):
+                registry = CollectorRegistry()
+                metrics = PollMetrics(registry)
+                ctx = client_context(certs.tls("hub"), resume=resume)
+                assert isinstance(ctx, ResumingContext) is resume
+                for _ in range(3):
+                    poller = SignalsClient(
+                        "west",
+                        f"https://127.0.0.1:{west.port}/signals?scope=own",
+                        metrics=metrics,
+                        ssl_context=ctx,
+                        expected_identity=spiffe_id("gridroute.local", "west"),
+                        expected_site="west",
+                    )
+                    try:
+                        outcome = await poller.poll()
+                    finally:
+                        await poller.close()  # the connection is gone: the next is new
+                    assert outcome.result is PollResult.OK, outcome.error
+                if resume:
+                    assert (handshakes(registry, "full"), handshakes(registry, "resumed")) == (
+                        1.0,
+                        2.0,
+                    )
+                else:
+                    assert (handshakes(registry, "full"), handshakes(registry, "resumed")) == (
+                        3.0,
+                        0.0,
+                    )
+        finally:
+            await west.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_resumed_session_is_offered_only_to_its_own_peer(certs: Certs) -> None:
+    """The operator builds one context per peer: a session never crosses peers, and a
+    peer that is not the expected site is refused even when a session is at hand."""
+
+    async def scenario() -> None:
+        west = Operator(operator_config("west", free_port(), certs=certs))
+        east = Operator(operator_config("east", free_port(), certs=certs))
+        await west.start()
+        await east.start()
+        metrics = PollMetrics(CollectorRegistry())
+        ctx = client_context(certs.tls("hub"), resume=True)
+        try:
+            first = SignalsClient(
+                "west",
+                f"https://127.0.0.1:{west.port}/signals?scope=own",
+                metrics=metrics,
+                ssl_context=ctx,
+                expected_identity=spiffe_id("gridroute.local", "west"),
+                expected_site="west",
+            )
+            try:
+                assert (await first.poll()).result is PollResult.OK
+            finally:
+                await first.close()
+            assert isinstance(ctx, ResumingContext) and ctx.session is not None
+            # East's listener is another server: it cannot resume west's session, and
+            # its certificate does not name west, so the poll is refused all the same.
+            impostor = SignalsClient(
+                "west",
+                f"https://127.0.0.1:{east.port}/signals?scope=own",
+                metrics=metrics,
+                ssl_context=ctx,
+                expected_identity=spiffe_id("gridroute.local", "west"),
+                expected_site="west",
+            )
+            try:
+                assert (await impostor.poll()).result is PollResult.BAD_IDENTITY
+            finally:
+                await impostor.close()
+        finally:
+            await west.stop()
+            await east.stop()
+
+    asyncio.run(scenario())
