@@ -313,6 +313,9 @@ class Scenario(BaseModel):
     """Gateways report their own in-flight on each poll of their operator, and operators
     relay each site's sum, so fair shares are computed among gateways (false: operators
     relay none, and a share is this gateway's part of all polled load)."""
+    retry_jitter: bool = False
+    """Clients wait a uniform draw between half and all of a 429's Retry-After, as the
+    load generator (`gridroute load`) does (false: exactly Retry-After, whole seconds)."""
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
     """The core's availability settings (shedding, admission queue, windows), as a gateway
     would be configured."""
