@@ -21,6 +21,8 @@ from tests.faults.harness import (
     Loopback,
     Process,
     Tally,
+    assert_no_duplicates,
+    check_no_duplicates,
     fake_site,
     gateway,
     load,
@@ -37,8 +39,10 @@ ALLOWED_REFUSALS = {"504 upstream_timeout", "502 upstream_unreachable", "503 no_
 
 
 def _report(tally: Tally, mechanism: str) -> None:
+    found = check_no_duplicates(tally)
     ROWS.append(tally.row(mechanism))
     print(tally.row(mechanism))
+    assert_no_duplicates(found)
 
 
 def _served_at(tally: Tally, site: str, start: float, end: float) -> int:

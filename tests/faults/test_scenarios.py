@@ -27,6 +27,8 @@ from tests.faults.harness import (
     MODEL,
     Loopback,
     Tally,
+    assert_no_duplicates,
+    check_no_duplicates,
     fake_site,
     gateway,
     load,
@@ -40,8 +42,10 @@ from tests.faults.links import MECHANISM, ProxyLink, open_link
 
 
 def _report(tally: Tally, mechanism: str = MECHANISM) -> None:
+    found = check_no_duplicates(tally)
     ROWS.append(tally.row(mechanism))
     print(tally.row(mechanism))
+    assert_no_duplicates(found)
 
 
 def _no_hangs(tally: Tally) -> None:
