@@ -20,6 +20,10 @@ def _classes(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "0"
 
 
+def _notes(row: dict[str, object]) -> str:
+    return f" ({row['notes']})" if row.get("notes") else ""
+
+
 def _duplicated(row: dict[str, object]) -> str:
     if row.get("duplicated") is None:
         return "not checked"
@@ -40,7 +44,7 @@ def table(doc: dict[str, object]) -> str:
     for r in rows:
         by_site = ", ".join(f"{k} {v}" for k, v in sorted(r["by_site"].items()))
         out.append(
-            f"| {r['scenario']} | {r['mechanism']} | {r['sent']} | {r['served']} | "
+            f"| {r['scenario']}{_notes(r)} | {r['mechanism']} | {r['sent']} | {r['served']} | "
             f"{_classes(r['refused'])} | {_classes(r['failed'])} | {r['max_latency_s']} | "
             f"{by_site} | {_duplicated(r)} |"
         )
