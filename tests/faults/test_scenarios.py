@@ -17,6 +17,7 @@ The counts go to the table in docs/reliability.md (`make test-faults`).
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -151,7 +152,12 @@ def test_all_sites_down_last_resort_then_503(tmp_path: Path) -> None:
     assert set(tally.refused) == {"503 no_healthy_site"}, tally.refused
 
 
-def test_gateways_local_operator_stopped_pauses_judgement(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+def test_gateways_local_operator_stopped_pauses_judgement(tmp_path: Path, how: str) -> None:
+    """The gateway's own operator dies (SIGKILL: its port refuses) or freezes
+    (SIGSTOP: connections are accepted and never answered, a stalled poller). Either
+    way the gateway's polls fail, which pauses judgement: no site goes silent, and
+    both keep serving long after any silence window would have closed."""
     lo = Loopback()
     a, url_a = fake_site(lo, "a")
     b, url_b = fake_site(lo, "b")
@@ -162,22 +168,34 @@ def test_gateways_local_operator_stopped_pauses_judgement(tmp_path: Path) -> Non
         {"a": url_a, "b": url_b},
         operator={"url": op_a.url, "poll_interval_s": 0.25, "timeout_s": 0.2},
     )
-    tally = Tally("the gateway's local operator stopped")
+    tally = Tally(f"the gateway's local operator stopped ({how})")
 
     async def scenario() -> None:
-        await wait_health(gw.url, "a", "up")
-        await wait_health(gw.url, "b", "up")
+        await wait_field(gw.url, "a", "live", "live", timeout=30)
+        await wait_field(gw.url, "b", "live", "live", timeout=30)
         done = asyncio.Event()
         driver = asyncio.create_task(load(gw.url, tally, done, concurrency=4))
         await asyncio.sleep(1.0)
-        await asyncio.to_thread(op_a.kill)
-        await asyncio.sleep(3.0)  # many poll intervals, far past any silence window
+        if how == "killed":
+            await asyncio.to_thread(op_a.kill)
+        else:
+            op_a.popen.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        seen: set[str | None] = set()
+        for _ in range(30):  # 3 s: many poll intervals, far past any silence window
+            seen |= {await site_field(gw.url, s, "live") for s in ("a", "b")}
+            await asyncio.sleep(0.1)
         done.set()
         await driver
+        if how == "frozen":
+            op_a.popen.send_signal(signal.SIGCONT)
+        assert "silent" not in seen, seen  # judgement paused, not every peer silenced
+        for site in ("a", "b"):  # both still served well after the operator stopped
+            assert any(s == site and t > stopped_at + 1.5 for t, s in tally.served_at), site
 
     with running(gw, op_a, op_b, a, b):
         asyncio.run(asyncio.wait_for(scenario(), 60))
-    _report(tally, "SIGKILL of the operator")
+    _report(tally, "SIGKILL of the operator" if how == "killed" else "SIGSTOP of the operator")
     _no_hangs(tally)
     assert sum(tally.failed.values()) == 0 and not tally.refused, tally
     assert tally.by_site["a"] > 0 and tally.by_site["b"] > 0  # neither went silent
