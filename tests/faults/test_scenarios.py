@@ -21,6 +21,7 @@ import signal
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from tests.faults.conftest import ROWS
@@ -201,6 +202,13 @@ def test_gateways_local_operator_stopped_pauses_judgement(tmp_path: Path, how: s
     assert tally.by_site["a"] > 0 and tally.by_site["b"] > 0  # neither went silent
 
 
+async def _relays_load_of(operator_url: str, site: str) -> bool:
+    """Whether an operator's /signals carries any load row of `site`'s providers."""
+    async with aiohttp.ClientSession() as http, http.get(operator_url + "/signals") as r:
+        text = await r.text()
+    return f'{{grid_site="{site}",grid_provider=' in text
+
+
 @pytest.mark.parametrize("restart", [False, True], ids=["steady", "operator-restarts"])
 def test_peer_partitioned_between_operators_only(tmp_path: Path, restart: bool) -> None:
     """The gateway reaches both sites; only operator a's polls of operator b are cut.
@@ -227,6 +235,7 @@ def test_peer_partitioned_between_operators_only(tmp_path: Path, restart: bool) 
 
     async def scenario() -> None:
         await wait_field(gw.url, "b", "live", "live")
+        assert await _relays_load_of(ops[0].url, "b")  # heard: a relays b's load
         done = asyncio.Event()
         driver = asyncio.create_task(load(gw.url, tally, done, concurrency=4))
         await asyncio.sleep(1.0)
@@ -236,8 +245,13 @@ def test_peer_partitioned_between_operators_only(tmp_path: Path, restart: bool) 
             await asyncio.to_thread(ops[0].kill)
             # started off the event loop: the load driver keeps running meanwhile
             ops.append(await asyncio.to_thread(operator, tmp_path, "a", url_a, peers, op_port))
-            await asyncio.sleep(1.0)
-            assert await site_field(gw.url, "b", "live") != "live"  # still unheard
+            # the new operator has never heard b: it relays no load row of b's (b's
+            # candidates are unmeasured there until b returns, as the seed says), and
+            # the gateway, which remembers b silent, does not see it live meanwhile
+            for _ in range(10):
+                assert not await _relays_load_of(ops[-1].url, "b")
+                assert await site_field(gw.url, "b", "live") != "live"
+                await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)
         await asyncio.to_thread(link.heal)
         healed_at = time.monotonic()
