@@ -27,7 +27,7 @@ def _notes(row: dict[str, object]) -> str:
 def _duplicated(row: dict[str, object]) -> str:
     if row.get("duplicated") is None:
         return "not checked"
-    return f"{row['duplicated']} of {row['ids_checked']} answered"
+    return f"{row['duplicated']} of {row['ids_checked']}"
 
 
 def table(doc: dict[str, object]) -> str:
@@ -38,7 +38,7 @@ def table(doc: dict[str, object]) -> str:
         f"{doc['mechanism']}.",
         "",
         "| scenario | fault by | sent | served | refused | failed | max latency s | served by "
-        "| started twice after bytes reached the client |",
+        "| begun at a second site after its bytes reached the client |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
