@@ -8,6 +8,7 @@ from random import Random
 
 from gridroute.core import OwnLoad, Policy, Snapshot
 from gridroute.core.ejection import Ejections
+from gridroute.core.fairness import FairAdmission
 from gridroute.core.flow import Feed, Step, request_flow
 
 from .grid_builder import MODEL
@@ -19,6 +20,7 @@ class FakeGrid:
     own: OwnLoad
     rng: Random = field(default_factory=lambda: Random(1))
     ejections: Ejections = field(default_factory=Ejections)
+    fairness: FairAdmission = field(default_factory=FairAdmission)
     now: float = 10.0
 
     @property

@@ -10,6 +10,7 @@ from rich.console import Console
 from gridroute.demo.report import (
     FaultTimes,
     PhaseSpan,
+    fairness_line,
     fault_report,
     peak_share,
     summary_table,
@@ -223,3 +224,17 @@ def test_fault_report_counts_from_the_gateways_count_read_at_the_cut() -> None:
     ]
     lines = fault_report(_records(), ticks, FaultTimes("east", 4.0, None, routed_at_cut=107))
     assert "after sending it 3 requests that were retried elsewhere" in lines[0]
+
+
+def test_the_past_capacity_line_gives_who_got_served() -> None:
+    ok, shed = RequestOutcome.OK, RequestOutcome.SHED
+    recs = [
+        RequestRecord(1.0, 1.0, 200, "hub", ok, 0, None, 0),
+        RequestRecord(3.0, 1.0, 200, "hub", ok, 0, None, 0),
+        RequestRecord(3.0, 1.0, 200, "hub", ok, 0, None, 1),
+        RequestRecord(3.0, 0.1, 429, "unknown", shed, 0, None, 2),
+        RequestRecord(30.0, 1.0, 200, "hub", ok, 0, None, 2),  # past the phase
+    ]
+    line = fairness_line(LoadResult(tuple(recs), 10.0), PhaseSpan("past capacity", 3, 0, 10))
+    assert "3 clients" in line and "min / median / max 0 / 1 / 2" in line
+    assert "Jain's fairness index 0.600" in line  # (2+1+0)^2 / (3 * (4+1+0))

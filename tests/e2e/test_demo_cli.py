@@ -59,6 +59,7 @@ def test_a_short_demo_runs_every_phase_and_cleans_up(tmp_path: Path) -> None:
     for text in ("under capacity", "partition east", "east returns", "past capacity"):
         assert text in out, out
     assert "whole run" in out and "stopped 7 processes" in out
+    assert "served per client min / median / max" in out and "Jain's fairness index" in out
     assert f"plot: {plot}" in out
     assert "logs" not in out  # the work dir is gone: no path to print
     assert list((tmp_path / "tmp").iterdir()) == []

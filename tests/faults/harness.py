@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from gridroute.fakeserver.answer_log import REQUEST_ID_HEADER, read_answer_log
 from tests.faults.links import NetnsLink, ProxyLink
 
 _LISTENING = re.compile(r"listening on (?:https?://)?([0-9A-Za-z.\[\]:-]+:[0-9]+)")
@@ -100,12 +101,24 @@ class Loopback:
         return f"http://127.0.0.1:{port}"
 
 
+ANSWER_LOGS: list[tuple[str, Path]] = []
+"""(site, file) of every fake server the running scenario started: where each logs the
+request ids it began answering (`--answer-log`). Reset per test by conftest."""
+ANSWER_DIR: list[Path] = []
+"""The running test's directory for those files (one entry, set by conftest)."""
+
+
 def fake_site(
     link: NetnsLink | ProxyLink | Loopback, name: str, *extra: str
 ) -> tuple[Process, str]:
-    """A fake model server for `name` behind `link`; returns it and the gateway's URL."""
+    """A fake model server for `name` behind `link`; returns it and the gateway's URL.
+    It logs every answer it begins (`ANSWER_LOGS`), for `check_no_duplicates`."""
     argv = [EXE, "fake-server", "--host", link.bind_host, "--port", "0"]
     argv += ["--model", MODEL, "--name", name, "--service-ms", "20", "--tokens", "4", *extra]
+    if ANSWER_DIR:
+        log = ANSWER_DIR[0] / f"answers-{name}.log"
+        ANSWER_LOGS.append((name, log))
+        argv += ["--answer-log", str(log)]
     proc = Process(link.wrap(argv))
     return proc, link.target(proc.port)
 
@@ -181,6 +194,12 @@ class Tally:
     by_site: Counter[str] = field(default_factory=Counter)
     served_at: list[tuple[float, str]] = field(default_factory=list)
     """(send time, site) of every served request, for the ordering invariants."""
+    reached: dict[str, str] = field(default_factory=dict)
+    """{request id: site} of every 200 whose bytes reached the client (served, or a
+    stream cut short), by its `x-grid-site`: for `check_no_duplicates`."""
+    duplicated: int | None = None
+    """Requests started at a second site after their bytes reached the client (None:
+    not checked yet)."""
     notes: str = ""
 
     def row(self, mechanism: str) -> dict[str, Any]:
@@ -193,6 +212,8 @@ class Tally:
             "failed": dict(self.failed),
             "max_latency_s": round(self.max_latency_s, 3),
             "by_site": dict(self.by_site),
+            "duplicated": self.duplicated,
+            "ids_checked": len(self.reached),
             "notes": self.notes,
         }
 
@@ -209,11 +230,16 @@ async def one(
     body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": stream}
     t0 = time.monotonic()
     tally.sent += 1
+    rid = f"r{tally.sent}"
     try:
         async with (
             asyncio.timeout(deadline_s),
-            http.post(url + "/v1/chat/completions", json=body) as r,
+            http.post(
+                url + "/v1/chat/completions", json=body, headers={REQUEST_ID_HEADER: rid}
+            ) as r,
         ):
+            if r.status == 200 and "x-grid-site" in r.headers:
+                tally.reached[rid] = r.headers["x-grid-site"]  # bytes of a site's answer
             raw = await r.read()
             if r.status == 200:
                 if stream and not raw.rstrip().endswith(b"data: [DONE]"):
@@ -239,6 +265,55 @@ async def one(
         tally.failed[type(exc).__name__] += 1
     finally:
         tally.max_latency_s = max(tally.max_latency_s, time.monotonic() - t0)
+
+
+def duplicates(reached: dict[str, str], begun: dict[str, dict[str, float]]) -> list[str]:
+    """Every breach of "retries never duplicate a request whose bytes reached the client".
+
+    `reached`: {request id: the site whose answer reached the client}; `begun`: {site:
+    {request id: the monotonic time that site began a 200 answer to it}}, from the fake
+    servers' answer logs. A breach is an id started at another site *after* the
+    answering site began it: the gateway retried once bytes were on their way to the
+    client. An id started elsewhere *before* (a site that began, then was lost before
+    its headers reached the gateway, and the flow retried) is allowed. A reached id its
+    site never logged is reported too: the check must not pass by seeing nothing."""
+    out: list[str] = []
+    for rid, site in sorted(reached.items()):
+        at = begun.get(site, {}).get(rid)
+        if at is None:
+            out.append(f"{rid}: answered by {site}, which never logged beginning it")
+            continue
+        for other, ids in sorted(begun.items()):
+            later = ids.get(rid)
+            if other != site and later is not None and later > at:
+                out.append(
+                    f"{rid}: its bytes came from {site} (begun at {at:.3f}), yet {other} "
+                    f"began it too, {later - at:.3f} s later"
+                )
+    return out
+
+
+def answers_begun() -> dict[str, dict[str, float]]:
+    """{site: {request id: time begun}} from every answer log of the running scenario."""
+    out: dict[str, dict[str, float]] = {}
+    for site, path in ANSWER_LOGS:
+        for rid, at in read_answer_log(path).items():
+            mine = out.setdefault(site, {})
+            mine[rid] = min(at, mine.get(rid, at))
+    return out
+
+
+def check_no_duplicates(tally: Tally) -> list[str]:
+    """The invariant on a finished scenario (every scenario's report runs it): the
+    breaches found, also kept in the tally for its row."""
+    assert len(tally.reached) >= tally.served, "served answers missing from `reached`"
+    found = duplicates(tally.reached, answers_begun())
+    tally.duplicated = len(found)
+    return found
+
+
+def assert_no_duplicates(found: list[str]) -> None:
+    assert not found, "retried after bytes reached the client:\n" + "\n".join(found[:20])
 
 
 async def load(

@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 def _ip(*args: str) -> None:
@@ -105,6 +105,8 @@ class ProxyLink:
         self._up = True
         self.delay_s = 0.0
         """Each chunk waits this long before it is forwarded (a slow link, in order)."""
+        self.rewrite: Callable[[bytes], bytes] | None = None
+        """Applied to each chunk of the answer on its way back (e.g. a wrong `Date`)."""
         self._pass_one = False
         self.passed = 0
         """Connections let through a cut by `let_one`."""
@@ -158,6 +160,8 @@ class ProxyLink:
                 while chunk := await src.read(65536):
                     if self.delay_s:
                         await asyncio.sleep(self.delay_s)
+                    if self.rewrite is not None and dst is writer:
+                        chunk = self.rewrite(chunk)
                     dst.write(chunk)
                     await dst.drain()
                     if one_shot and dst is writer:  # the answer is through: cut again

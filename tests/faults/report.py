@@ -20,6 +20,16 @@ def _classes(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "0"
 
 
+def _notes(row: dict[str, object]) -> str:
+    return f" ({row['notes']})" if row.get("notes") else ""
+
+
+def _duplicated(row: dict[str, object]) -> str:
+    if row.get("duplicated") is None:
+        return "not checked"
+    return f"{row['duplicated']} of {row['ids_checked']}"
+
+
 def table(doc: dict[str, object]) -> str:
     rows = doc["rows"]
     assert isinstance(rows, list)
@@ -27,15 +37,16 @@ def table(doc: dict[str, object]) -> str:
         f"Last run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; partitions by "
         f"{doc['mechanism']}.",
         "",
-        "| scenario | fault by | sent | served | refused | failed | max latency s | served by |",
-        "|---|---|---|---|---|---|---|---|",
+        "| scenario | fault by | sent | served | refused | failed | max latency s | served by "
+        "| begun at a second site after its bytes reached the client |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         by_site = ", ".join(f"{k} {v}" for k, v in sorted(r["by_site"].items()))
         out.append(
-            f"| {r['scenario']} | {r['mechanism']} | {r['sent']} | {r['served']} | "
+            f"| {r['scenario']}{_notes(r)} | {r['mechanism']} | {r['sent']} | {r['served']} | "
             f"{_classes(r['refused'])} | {_classes(r['failed'])} | {r['max_latency_s']} | "
-            f"{by_site} |"
+            f"{by_site} | {_duplicated(r)} |"
         )
     return "\n".join(out)
 

@@ -9,7 +9,10 @@ samples. What each asserts is what a user sees (answers, and which site gave the
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from collections.abc import Callable
+from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
 
 import aiohttp
@@ -21,6 +24,8 @@ from tests.faults.harness import (
     Loopback,
     Process,
     Tally,
+    assert_no_duplicates,
+    check_no_duplicates,
     fake_site,
     gateway,
     load,
@@ -37,8 +42,10 @@ ALLOWED_REFUSALS = {"504 upstream_timeout", "502 upstream_unreachable", "503 no_
 
 
 def _report(tally: Tally, mechanism: str) -> None:
+    found = check_no_duplicates(tally)
     ROWS.append(tally.row(mechanism))
     print(tally.row(mechanism))
+    assert_no_duplicates(found)
 
 
 def _served_at(tally: Tally, site: str, start: float, end: float) -> int:
@@ -221,6 +228,82 @@ def test_clock_skew_between_operators_and_the_gateway(tmp_path: Path) -> None:
     finally:
         link.close()
     _report(tally, "libfaketime (operator b +300 s, gateway -180 s) + loopback proxy")
+    assert tally.failed["hung_past_deadline"] == 0, tally
+    assert sum(tally.failed.values()) == 0 and not tally.refused, tally
+    assert tally.by_site["a"] > 0 and tally.by_site["b"] > 0
+
+
+_DATE = re.compile(rb"\r\nDate: ([^\r]+)\r\n", re.IGNORECASE)
+
+
+def shift_date(seconds: float) -> Callable[[bytes], bytes]:
+    """A rewrite of an answer's `Date` header by `seconds` (same length, so the
+    framing holds): what a front proxy with a wrong clock does to a peer's answers."""
+    from datetime import timedelta
+
+    def rewrite(chunk: bytes) -> bytes:
+        def shifted(m: re.Match[bytes]) -> bytes:
+            when = parsedate_to_datetime(m.group(1).decode()) + timedelta(seconds=seconds)
+            return b"\r\nDate: " + format_datetime(when, usegmt=True).encode() + b"\r\n"
+
+        return _DATE.sub(shifted, chunk, count=1)
+
+    return rewrite
+
+
+def test_peer_rows_ahead_of_its_date_are_dropped_as_skew(tmp_path: Path) -> None:
+    """Operator b's answers reach operator a with a `Date` 5 minutes behind the stamps
+    of b's rows (a front proxy with a wrong clock; a clock step looks the same). Rows
+    stamped after their responder's Date cannot be re-based, so a drops them as
+    `skew` and counts them; b hears nothing usable, is judged silent and gets
+    nothing while a serves; once the Date is right again b returns on fresh samples."""
+    from tests.gateway.processes import free_port
+
+    lo = Loopback()
+    link = ProxyLink(8)
+    a, url_a = fake_site(lo, "a")
+    b, url_b = fake_site(lo, "b")
+    op_b = operator(tmp_path, "b", url_b, {})
+    op_a = operator(tmp_path, "a", url_a, {"b": link.target(op_b.port)}, free_port())
+    gw = gateway(
+        tmp_path,
+        {"a": url_a, "b": url_b},
+        operator={"url": op_a.url, "poll_interval_s": 0.25, "timeout_s": 0.2},
+    )
+    tally = Tally("clock skew: peer b's Date 5 min behind its rows")
+    dropped: list[float] = []
+
+    async def scenario() -> None:
+        await wait_field(gw.url, "b", "live", "live", timeout=30)
+        done = asyncio.Event()
+        driver = asyncio.create_task(load(gw.url, tally, done, concurrency=4))
+        await asyncio.sleep(1.0)
+        before = await metric(
+            op_a.url, "grid_signals_ingest_dropped_total", target="b", reason="skew"
+        )
+        link.rewrite = shift_date(-300)
+        silent_at = await wait_field(gw.url, "b", "live", "silent", timeout=30)
+        await asyncio.sleep(1.0)
+        after = await metric(
+            op_a.url, "grid_signals_ingest_dropped_total", target="b", reason="skew"
+        )
+        dropped.append(after - before)
+        link.rewrite = None
+        live_at = await wait_field(gw.url, "b", "live", "live", timeout=30)
+        await asyncio.sleep(1.0)
+        done.set()
+        await driver
+        assert _served_at(tally, "b", silent_at + 0.3, live_at - 0.3) == 0
+        assert _served_at(tally, "b", live_at, time.monotonic()) > 0
+
+    try:
+        with running(gw, op_a, op_b, a, b):
+            asyncio.run(asyncio.wait_for(scenario(), 120))
+    finally:
+        link.close()
+    tally.notes = f"{dropped[0]:.0f} rows dropped as skew" if dropped else ""
+    _report(tally, "loopback fault proxy rewriting the peer's Date (-300 s)")
+    assert dropped and dropped[0] > 0, "no row was dropped as skew"
     assert tally.failed["hung_past_deadline"] == 0, tally
     assert sum(tally.failed.values()) == 0 and not tally.refused, tally
     assert tally.by_site["a"] > 0 and tally.by_site["b"] > 0

@@ -49,6 +49,10 @@ def test_defaults_are_the_documented_ones() -> None:
             "models.0.sites",
         ),
         (MIN + "operator: {url: 'http://o', poll_interval_s: 0}\n", "operator.poll_interval_s"),
+        (MIN + "fairness_key: cookie\n", "fairness_key"),
+        (MIN + "fairness_key: 'header:'\n", "fairness_key"),
+        (MIN + "availability: {fair_wait_ms: 0}\n", "availability.fair_wait_ms"),
+        (MIN + "availability: {retry_after_min_s: 8}\n", "availability"),
     ],
 )
 def test_errors_name_the_field(text: str, where: str) -> None:

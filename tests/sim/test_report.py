@@ -22,6 +22,11 @@ ROW_KEYS = {
     "failed",
     "latency_p50_s",
     "latency_p99_s",
+    "queue_s",
+    "clients_served_min",
+    "clients_served_median",
+    "clients_served_max",
+    "jain",
 }
 
 
@@ -37,7 +42,7 @@ def test_run_prints_table_and_writes_json_and_plot(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     # The seed's layout: each site with its capacity share in the header.
-    for header in ("hub, 0.40", "west, 0.40", "east, 0.20", "peak 10s window", "overshoot"):
+    for header in ("hub, 0.40", "west, 0.40", "east, 0.20", "overshoot", "Jain"):
         assert header in result.output
     assert "partition east 1-2" in result.output
 

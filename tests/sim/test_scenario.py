@@ -56,6 +56,7 @@ def test_gateways_placed_round_robin_and_shares() -> None:
         ({"events": [{"at_s": 5}]}, "events.0", "one of: partition"),
         ({"sites": [{"name": "a", "slots": 1}, {"name": "a", "slots": 2}]}, "sites", "a"),
         ({"warmup_s": 50}, "warmup_s", "below duration_s"),
+        ({"gateway_poll_interval_s": 0}, "gateway_poll_interval_s", "greater than 0"),
         ({"gateways": 2, "gateway_sites": ["hub"]}, "gateway_sites", "2 gateways"),
     ],
 )

@@ -24,8 +24,11 @@ States and transitions (everything that decides a transition is in this file):
     DECIDE      decide on the newest snapshot (under an overlay: its binding, best
                 viable group and picker, `core/overlay_request.py`; it never holds)
                   HOLD -> HOLDING; ROUTE -> ATTEMPT 1; otherwise -> Refuse
+                  in fair order (a fairness key, `core/fairness.py`): ROUTE while a
+                  waiter ranks ahead, or SHED, -> HOLDING (for `fair_wait_ms`)
     HOLDING     Wake.WOKE: DECIDE again (may hold again, same deadline)
                 Wake.EXPIRED: DECIDE with can_hold=False (never holds)
+                leaving it (or the flow closed) leaves the fair order's waiters
     ATTEMPT n   Answered(429 or 503), n < max, another site routes -> RETRY
                 Answered(anything else, or no other site) -> Relay
                 retryable Failure, n < max, another site routes -> RETRY
@@ -62,6 +65,7 @@ from typing import Protocol
 
 from gridroute.core.accounting import OwnLoad
 from gridroute.core.ejection import Ejections
+from gridroute.core.fairness import FairAdmission, fair_hold_s, fair_order_on
 from gridroute.core.gridstate import Snapshot
 from gridroute.core.group_route import GroupDecision
 from gridroute.core.overlay_request import OverlayRequest
@@ -232,6 +236,11 @@ class FlowGrid(Protocol):
     @property
     def clock(self) -> Callable[[], float]: ...
 
+    @property
+    def fairness(self) -> FairAdmission:
+        """This gateway's fair admission order past capacity (`core/fairness.py`)."""
+        ...
+
 
 def request_flow(
     grid: FlowGrid,
@@ -239,27 +248,55 @@ def request_flow(
     policy: Policy,
     affinity: str | None = None,
     overlay: OverlayRequest | None = None,
+    client: str | None = None,
 ) -> Generator[Step, Feed, None]:
     """The flow of one request to `model` (see the module docstring); `overlay` when
-    the routing overlay names the model."""
+    the routing overlay names the model. `client` is the request's fairness key: with
+    it, and fair order on (`core/fairness.py`), DECIDE and HOLDING admit in fair order."""
     clock = grid.clock
     ejections = grid.ejections
     now = clock()
     snap = grid.snapshot
+    who = client or ""
+    fair = None
+    if client and overlay is None and fair_order_on(snap.settings, policy):
+        fair = grid.fairness
     choice: GroupDecision | None = None
     if overlay is not None:
         d, choice = _by_overlay(grid, overlay, snap, model, NO_KEYS, None, now)
     else:
         d = _decide(grid, snap, model, policy, affinity, NO_KEYS, True, now)
+    if fair is not None:
+        d = fair.gate(d, model, who, None, now, snap.settings, True)
     if d.outcome is Outcome.HOLD:
-        deadline = now + snap.settings.max_queue_ms / 1000.0
-        while d.outcome is Outcome.HOLD:
-            wake = yield Hold(deadline, d, snap.settings.max_queue_ms / 1000.0)
-            if not isinstance(wake, Wake):
-                raise FlowError(f"a Hold takes a Wake, not {wake!r}")
-            snap = grid.snapshot
-            now = clock()
-            d = _decide(grid, snap, model, policy, affinity, NO_KEYS, wake is Wake.WOKE, now)
+        hold_s = snap.settings.max_queue_ms / 1000.0
+        ticket = 0
+        if fair is not None:
+            turnover = fair.turnover_s(grid.own.total(), now)
+            hold_s, ticket = fair_hold_s(snap.settings, turnover), fair.join(model, who, now)
+        deadline = now + hold_s
+        try:
+            while d.outcome is Outcome.HOLD:
+                wake = yield Hold(deadline, d, hold_s)
+                if not isinstance(wake, Wake):
+                    raise FlowError(f"a Hold takes a Wake, not {wake!r}")
+                snap = grid.snapshot
+                now = clock()
+                woke = wake is Wake.WOKE
+                if (
+                    woke
+                    and fair is not None
+                    and not fair.first(model, who, ticket, now, snap.settings)
+                ):
+                    continue  # another waiter goes first: no decision needed (all are woken)
+                d = _decide(grid, snap, model, policy, affinity, NO_KEYS, woke, now)
+                if fair is not None:
+                    d = fair.gate(d, model, who, ticket, now, snap.settings, woke)
+        finally:
+            if fair is not None:
+                fair.leave(model, ticket)
+    if fair is not None:
+        d = fair.settle(d, model, who, now, snap.settings, grid.rng)
     tried = NO_KEYS
     after: tuple[str, str] | None = None
     number = 0

@@ -331,7 +331,10 @@ class GridState:
         else:
             room_ceiling = ceil.kv_bounded(ceiling, latest, reading.latest_kv_usage, s.kv_full)
             base = max(latest - own_s, 0.0)
-            free = max(room_ceiling - latest, 0.0)
+            # A request this gateway counts but the site did not at the sample (its answer
+            # in transit, or its send) is not free room: counting it as both held and
+            # free let a gateway that keeps waiters admit one past the ceiling.
+            free = max(room_ceiling - max(latest, own_s), 0.0)
             # Over-full at the sample: keep only this gateway's proportional part of the
             # ceiling, so its queued requests finishing do not read as room to refill.
             held = own_s if latest <= room_ceiling else room_ceiling * own_s / latest

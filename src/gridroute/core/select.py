@@ -32,6 +32,7 @@ from random import Random
 
 from gridroute.core.gridstate import Snapshot
 from gridroute.core.liveness import Live
+from gridroute.core.settings import AvailabilitySettings
 from gridroute.core.view import ModelPlan, SiteView
 
 TWO_SITE_SHARE = (0.1, 0.9)
@@ -158,9 +159,13 @@ def _queue_tie(views: Sequence[SiteView], weights: Sequence[float], rng: Random)
     return idx[_draw([views[i] for i in idx], [weights[i] for i in idx], rng)]
 
 
-def retry_after_s(rng: Random) -> int:
-    """A Retry-After for a refusal, spread over `RETRY_AFTER_S` so retries do not align."""
-    return RETRY_AFTER_S[int(rng.random() * len(RETRY_AFTER_S))]
+def retry_after_s(rng: Random, s: AvailabilitySettings | None = None) -> int:
+    """A Retry-After for a refusal, spread over `RETRY_AFTER_S` (or, given settings, over
+    `retry_after_min_s`..`retry_after_max_s`) so retries do not align."""
+    if s is None:
+        return RETRY_AFTER_S[int(rng.random() * len(RETRY_AFTER_S))]
+    lo, hi = s.retry_after_min_s, s.retry_after_max_s
+    return lo + int(rng.random() * (hi - lo + 1))
 
 
 def _fallthrough(
@@ -217,7 +222,7 @@ def decide(
     shed = model in snapshot.shedding
     if shed and policy is not Policy.GRIDROUTE:
         return Decision(
-            Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), retry_after_s(rng)
+            Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), retry_after_s(rng, s)
         )
     healthy = plan.healthy
     weights = plan.healthy_weights
@@ -274,7 +279,7 @@ def decide(
             return Decision(d.outcome, Path.BORROW, d.view, d.refused, None, d.rho)
         if known and (s.shedding or shed or (s.max_queue_ms > 0 and s.queue_overflow == "shed")):
             return Decision(
-                Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), retry_after_s(rng)
+                Outcome.SHED, Path.SHED, None, (("", Reason.SHED.value),), retry_after_s(rng, s)
             )
     else:
         for i, v in enumerate(healthy):

@@ -73,8 +73,36 @@ class AvailabilitySettings(BaseModel):
     """gridroute fair share: time constant of the estimate of load that no gateway sent
     (polled in-flight minus what every gateway reported), which the share leaves out."""
 
+    fair_order: bool = True
+    """gridroute policy, with `shedding` on or an admission queue: past capacity, admit in
+    fair order (`core/fairness.py`). A request that finds no room, or finds others that
+    rank ahead of it waiting, waits up to `fair_wait_ms` (or `max_queue_ms` when set) and
+    a freed slot goes to the waiter whose key was served least lately; the ones refused
+    are the most served. false: first come takes the slot, the rest get 429 at once."""
+    fair_wait_ms: int = Field(10_000, gt=0)
+    """The longest a request waits for its fair turn past capacity before it is refused
+    (when `max_queue_ms` is 0). It waits one turnover of this gateway's slots (in flight
+    over admissions per second: about one service time), at most this long: by then
+    every slot freed once, so the gateway never queues more than one round."""
+    fair_half_life_ms: int = Field(60_000, gt=0)
+    """A key's served score halves over this long: the span fairness is judged over."""
+    fair_keys: int = Field(65_536, gt=0)
+    """Most fairness keys remembered; past it the least recently seen is forgotten (a
+    forgotten key ranks as never served)."""
+    fair_key_ttl_ms: int = Field(600_000, gt=0)
+    """A fairness key not seen for this long is forgotten."""
+    retry_after_min_s: int = Field(3, ge=1)
+    """Least `Retry-After` seconds on a 429 or 503 the gateway makes itself."""
+    retry_after_max_s: int = Field(7, ge=1)
+    """Most `Retry-After` seconds (the seed draws 3-7 s; fair order estimates within)."""
+
     @model_validator(mode="after")
     def _hysteresis_ordered(self) -> AvailabilitySettings:
         if self.route_below_rho > self.shed_above_rho:
             raise ValueError("availability.route_below_rho must be <= availability.shed_above_rho")
+        if self.retry_after_min_s > self.retry_after_max_s:
+            raise ValueError(
+                f"availability.retry_after_min_s ({self.retry_after_min_s}) must be <= "
+                f"availability.retry_after_max_s ({self.retry_after_max_s})"
+            )
         return self

@@ -177,6 +177,26 @@ def _sent_dead(
     return before, out.sites[site].routed, cut[-1].sites[site].routed
 
 
+def fairness_line(result: LoadResult, span: PhaseSpan) -> str:
+    """Who got served during `span` (issue 16): per-client served min / median / max and
+    Jain's index over the phase's clients (each sends as its own API key)."""
+    served = [0] * span.clients
+    for r in result.records:
+        inside = span.start_s <= r.end_s <= span.end_s
+        if r.outcome is RequestOutcome.OK and inside and 0 <= r.client < span.clients:
+            served[r.client] += 1
+    if not served:
+        return f"{span.name}: no clients"
+    ordered = sorted(served)
+    total, squares = sum(served), sum(c * c for c in served)
+    jain = total * total / (len(served) * squares) if squares else 0.0
+    return (
+        f"{span.name}: {span.clients} clients, served per client min / median / max "
+        f"{ordered[0]} / {ordered[len(ordered) // 2]} / {ordered[-1]}, "
+        f"Jain's fairness index {jain:.3f}"
+    )
+
+
 def _routed(ticks: Sequence[Tick], site: str, at: float) -> float:
     """The gateway's routed count for `site` at the last tick before `at`."""
     prior = [tk.sites[site].routed for tk in ticks if tk.t <= at and site in tk.sites]

@@ -31,6 +31,7 @@ from rich.live import Live
 from gridroute.demo.report import (
     FaultTimes,
     PhaseSpan,
+    fairness_line,
     fault_report,
     summary_table,
     write_plot,
@@ -241,6 +242,7 @@ async def drive(grid: LocalGrid, opts: DemoOptions, console: Console) -> DemoPas
             model=grid.spec.model,
             phases=[(p.duration_s, p.clients) for p in phases],
             timeout_s=max(60.0, 30 * opts.service_ms / 1000),
+            identities=True,  # each client its own API key: the fair order tells them apart
         )
         fault = await script
     finally:
@@ -326,6 +328,8 @@ def report(console: Console, opts: DemoOptions, run: DemoPass) -> None:
     """The summary table, the partition timings and the plot's path."""
     caps = capacity_shares(opts.sites)
     console.print(summary_table(run.result, run.spans, caps))
+    if run.spans:
+        console.print(fairness_line(run.result, run.spans[-1]), highlight=False)
     if run.fault is not None:
         for line in fault_report(run.result, run.ticks, run.fault):
             console.print(line, highlight=False)

@@ -75,6 +75,10 @@ def fake_server(
     max_queue: Annotated[
         int | None, typer.Option(help="Queue bound per model; past it answer 429.")
     ] = None,
+    answer_log: Annotated[
+        str | None,
+        typer.Option(help="File that gets a line per 200 answer begun (x-request-id, time)."),
+    ] = None,
 ) -> None:
     """Run a fake OpenAI-compatible model server that exposes vLLM's /metrics."""
     dist: Distribution = distribution  # type: ignore[assignment]  # validated just below
@@ -90,6 +94,7 @@ def fake_server(
             seed=seed,
             max_queue=max_queue,
             name=name,
+            answer_log=answer_log,
         )
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from exc

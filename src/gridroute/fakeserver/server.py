@@ -27,6 +27,7 @@ from aiohttp import web
 
 from gridroute.fakeserver import openai_shapes as shapes
 from gridroute.fakeserver.admin import routes as admin_routes
+from gridroute.fakeserver.answer_log import REQUEST_ID_HEADER
 from gridroute.fakeserver.served_model import FakeEngine
 from gridroute.fakeserver.servicetime import Timing
 from gridroute.fakeserver.settings import FakeServerConfig
@@ -147,6 +148,8 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
             finish, prompt, tokens, now - arrival - (hold_s - timing.first_token_s), now - arrival
         )
         rid, created = st.next_id(), int(time.time())
+        if st.answers is not None:
+            st.answers.began(request.headers.get(REQUEST_ID_HEADER))
         if kind is Kind.CHAT:
             out = shapes.chat_completion("chatcmpl-" + rid, created, model, tokens, prompt, finish)
         elif kind is Kind.COMPLETION:
@@ -182,6 +185,8 @@ async def _stream(
     resp = web.StreamResponse(headers=_SSE_HEADERS)
     ttft = 0.0
     try:
+        if st.answers is not None:
+            st.answers.began(request.headers.get(REQUEST_ID_HEADER))
         await resp.prepare(request)
         if chat:  # vLLM opens a chat stream with the role, before any token
             role = {"role": "assistant", "content": ""}
@@ -290,6 +295,8 @@ class RunningFakeServer:
     async def close(self) -> None:
         self.state.recover()  # let stalled handlers finish instead of waiting them out
         await self.runner.cleanup()
+        if self.state.answers is not None:
+            self.state.answers.close()
 
     async def __aenter__(self) -> RunningFakeServer:
         return self

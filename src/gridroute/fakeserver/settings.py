@@ -74,3 +74,9 @@ class FakeServerConfig(BaseModel):
     """KV-cache usage reported with every slot busy (usage = kv_at_full x running / slots).
     Below 1, as on a server whose batch limit binds before its KV cache fills; set 1 to
     make the cache fill exactly with the slots."""
+
+    answer_log: str | None = None
+    """A file that gets one line per 200 answer begun: the request's `x-request-id`
+    and the monotonic time (`fakeserver/answer_log.py`). The fault suite reads it to
+    prove no request was started at a second site after its bytes reached a client.
+    None: nothing is logged."""

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from gridroute.fakeserver import openai_shapes as shapes
+from gridroute.fakeserver.answer_log import AnswerLog
 from gridroute.fakeserver.metrics import make_registry
 from gridroute.fakeserver.served_model import FakeEngine
 from gridroute.fakeserver.servicetime import ServiceTime
@@ -53,6 +54,8 @@ class ServerState:
         (`/admin/metrics`: a failing scrape in front of a healthy backend)."""
         self._resume = asyncio.Event()
         self._resume.set()
+        self.answers = AnswerLog(cfg.answer_log) if cfg.answer_log else None
+        """Where answers begun are logged (`FakeServerConfig.answer_log`), if anywhere."""
 
     def next_id(self) -> str:
         return f"fake{next(self.ids):012x}"

@@ -4,6 +4,8 @@ The flow (`core/flow.py`) decides; this only waits. A held request waits for one
 this worker's requests to end or a new snapshot (`CurrentGrid.changes`), then is
 decided again, until the hold's length (`max_queue_ms`) has passed, when the flow
 forwards it to the overflow tiers or sheds it (429 is decided in `core/select.py`).
+In fair order (`core/fairness.py`) the flow also holds a request that would take a slot
+ahead of a waiter ranked first; so a waiter that leaves wakes the others once more.
 
 The flow states its deadline on the grid's wall clock, the one its decisions read;
 the wait runs `Hold.hold_s` on the monotonic clock instead, so a wall-clock step (NTP,
@@ -29,4 +31,7 @@ async def wait_in_queue(
     while isinstance(step, Hold):
         await current.changes.wait(hold_until - clock())
         step = flow.send(Wake.EXPIRED if clock() >= hold_until else Wake.WOKE)
+    # In fair order only the first-ranked waiter takes a slot; when it leaves, the next
+    # one may have room too (two slots freed by one wake-up): let the others decide again.
+    current.changes.wake()
     return step

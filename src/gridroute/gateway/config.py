@@ -26,6 +26,7 @@ from gridroute.config import (
 from gridroute.core.overlay_request import DEFAULT_MAX_ATTEMPTS
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.gateway import fairness_key
 from gridroute.inbound.settings import ListenerSettings
 from gridroute.relay.nats_link import SignalsTransport
 
@@ -299,6 +300,11 @@ class GatewayConfig(_Frozen):
     """Session affinity by a request header. Default: on, header `x-session-id`."""
     auth: AuthConfig = AuthConfig()
     """API keys. Default: none needed."""
+    fairness_key: str = "api_key"
+    """Who a request belongs to for fair admission past capacity (docs/selection.md,
+    "Fair admission"): `api_key` (the bearer token), `user` (the body's OpenAI `user`
+    field), `header:<name>` or `address`. A key absent, empty or over 256 characters
+    falls back to the client address. Never a metric label. Default: `api_key`."""
     listener: ListenerSettings = ListenerSettings()
     """Header, body and idle timeouts and the connection limit of the API listener
     (`gridroute.inbound.settings`). Default: nginx's timeouts, 4096 connections."""
@@ -311,6 +317,15 @@ class GatewayConfig(_Frozen):
     shutdown_grace_s: float = Field(30.0, ge=0)
     """After the drain period, how long in-flight requests and streams may still run
     before they are cut. Default: 30."""
+
+    @field_validator("fairness_key")
+    @classmethod
+    def _fairness_source(cls, value: str) -> str:
+        if not fairness_key.valid_source(value):
+            raise ValueError(
+                f"must be api_key, user, address or header:<name> (got {value[:80]!r})"
+            )
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:

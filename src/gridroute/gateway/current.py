@@ -37,6 +37,7 @@ from gridroute.core import (
     Snapshot,
 )
 from gridroute.core.ejection import Ejections
+from gridroute.core.fairness import FairAdmission
 from gridroute.core.gateway_load import GatewayLoad
 from gridroute.gateway.routing import Routing
 
@@ -122,6 +123,8 @@ class CurrentGrid:
         self.changes = Changes()
         self.ejections = Ejections(_log_ejection)
         """Candidates this worker set aside after consecutive gateway errors."""
+        self.fairness = FairAdmission()
+        """Fair admission order past capacity (`core/fairness.py`)."""
         # Budget rounding draws from its own stream (seeded from `rng`, so a seeded
         # gateway stays reproducible) and leaves the picks' sequence as it was.
         rounding = Random(self.rng.random())

@@ -43,6 +43,7 @@ from gridroute.core.group_route import GroupDecision
 from gridroute.core.overlay_request import OverlayRequest
 from gridroute.gateway import overlay_route, upstream
 from gridroute.gateway.admission_queue import wait_in_queue
+from gridroute.gateway.fairness_key import fairness_key
 from gridroute.gateway.request_body import parse_model
 from gridroute.gateway.runtime import GATEWAY, Gateway
 from gridroute.inbound.client_errors import Kind
@@ -176,8 +177,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         session = request.headers.get(gw.affinity_header) if gw.affinity_header else None
         preferred = current.affinity.get(session, t0) if session else None
     flow: Generator[Step, Feed, None] | None = None
+    who = fairness_key(gw.cfg.fairness_key, request.headers, request.remote, body)
     try:
-        flow = request_flow(current, model, policy, preferred, overlay)
+        flow = request_flow(current, model, policy, preferred, overlay, who)
         step = await wait_in_queue(flow, next(flow), current)
         d = step.decision
         if session and overlay is None:

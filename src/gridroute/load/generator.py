@@ -117,6 +117,7 @@ async def _one(
     clock: Callable[[], float],
     t0: float,
     phase: int,
+    client: int = -1,
 ) -> tuple[RequestRecord, float | None]:
     """Send one request and read its answer in full; never raises for network trouble."""
     start = clock()
@@ -139,7 +140,8 @@ async def _one(
     except (aiohttp.ClientError, OSError, TimeoutError):
         broken = True
     outcome = RequestOutcome.FAILED if broken else classify(status)
-    return RequestRecord(start - t0, clock() - start, status, site, outcome, phase, ttft), retry
+    rec = RequestRecord(start - t0, clock() - start, status, site, outcome, phase, ttft, client)
+    return rec, retry
 
 
 async def run_load(
@@ -160,6 +162,8 @@ async def run_load(
     clock: Callable[[], float] = time.monotonic,
     session: aiohttp.ClientSession | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    identities: bool = False,
+    first_client: int = 0,
 ) -> LoadResult:
     """Drive closed-loop load at `base_url` (with or without the trailing `/v1`).
 
@@ -168,6 +172,8 @@ async def run_load(
     at least one of the two must bound the run. Requests in flight when time is up are
     waited for (up to `timeout_s`) and recorded. Pass `session` to reuse a pool;
     `on_record` is called with each request as it ends (a progress line counts them).
+    With `identities`, worker i sends `Authorization: Bearer client-<first_client + i>`,
+    so a gateway whose fairness key is the API key (its default) tells clients apart.
     """
     shape = [p if isinstance(p, Phase) else Phase(*p) for p in phases or ()]
     if not shape:
@@ -184,6 +190,8 @@ async def run_load(
     records: list[RequestRecord] = []
 
     async def worker(idx: int, sess: aiohttp.ClientSession, t0: float) -> None:
+        who = first_client + idx
+        mine = {**hdrs, "Authorization": f"Bearer client-{who}"} if identities else hdrs
         while not ctl.stopped:
             wake = ctl.wake
             if idx >= ctl.active:
@@ -191,7 +199,9 @@ async def run_load(
                 continue
             if not ctl.take_ticket():
                 return
-            rec, retry = await _one(sess, url, body, hdrs, timeout, stream, clock, t0, ctl.phase)
+            rec, retry = await _one(
+                sess, url, body, mine, timeout, stream, clock, t0, ctl.phase, who
+            )
             records.append(rec)
             if on_record is not None:
                 on_record(rec)

@@ -66,6 +66,8 @@ class RequestRecord:
     """Index of the phase during which the request was sent."""
     ttft_s: float | None = None
     """Seconds to the first body bytes of a stream; None when not streaming."""
+    client: int = -1
+    """Index of the closed-loop worker that sent it (-1: not recorded)."""
 
     @property
     def end_s(self) -> float:

@@ -23,6 +23,7 @@ from random import Random
 from typing import Any
 
 from gridroute.core import Live, Policy
+from gridroute.core.fairness import fair_order_on
 from gridroute.core.flow import (
     Answered,
     Attempt,
@@ -154,9 +155,13 @@ class SimRun:
         ]
         self.report = sc.gateway_reports
         self.phases = Random(f"{base}:phases")
+        self.backoff = Random(f"{base}:backoff")
+        """Clients' Retry-After waits, when they jitter them (`Scenario.retry_jitter`)."""
         self.tally = Tally(names, sc.warmup_s, sc.duration_s)
         self.client_gw: list[int] = []
         self.client_active: list[bool] = []
+        self.client_keys: list[str] = []
+        """Each client's fairness key (its identity, as an API key is at a gateway)."""
         self.heap: list[tuple[float, int, int, Handler, Any]] = []
         self.seq = 0
         self.events = 0
@@ -221,7 +226,7 @@ class SimRun:
         for i in range(len(self.operators)):
             self.at(self.phases.uniform(0, sc.poll_interval_s), OP_POLL, self._op_poll, i)
         for g in range(len(self.gateways)):
-            self.at(self.phases.uniform(0, sc.poll_interval_s), GW_POLL, self._gw_poll, g)
+            self.at(self.phases.uniform(0, sc.gateway_poll_s), GW_POLL, self._gw_poll, g)
         self._set_clients(0.0, self.clients)
         for ev in sc.events:
             self.at(ev.at_s, DISTURB, self._disturb_start, ev)
@@ -244,6 +249,8 @@ class SimRun:
         site = self.sites[i]
         self.operators[i].scrape(site, t)
         self.tally.rho[i].append((t, site.rho))
+        if site.queue and self.tally.counts(t):
+            self.tally.queue_s += len(site.queue) * self.sc.scrape_interval_s
         self.at(t + self.sc.scrape_interval_s, SCRAPE, self._scrape, i)
 
     def _op_poll(self, t: float, i: int) -> None:
@@ -258,7 +265,7 @@ class SimRun:
             self._probe_refresh(gw, t)
         if gw.held:
             self._drain(t, g)
-        self.at(t + self.sc.poll_interval_s, GW_POLL, self._gw_poll, g)
+        self.at(t + self.sc.gateway_poll_s, GW_POLL, self._gw_poll, g)
 
     # -- clients ------------------------------------------------------------------------
 
@@ -272,6 +279,8 @@ class SimRun:
             for _ in range(want - len(mine)):
                 self.client_gw.append(g)
                 self.client_active.append(True)
+                self.client_keys.append(f"client-{len(self.client_keys)}")
+                self.tally.served_by.append(0)
                 self.at(t, SEND, self._send, len(self.client_gw) - 1)
 
     def _send(self, t: float, client: int) -> None:
@@ -279,7 +288,9 @@ class SimRun:
             return
         gw = self.gateways[self.client_gw[client]]
         req = SimRequest(client, t)
-        flow = req.flow = request_flow(gw, MODEL, gw.policy, overlay=gw.overlay)
+        flow = req.flow = request_flow(
+            gw, MODEL, gw.policy, overlay=gw.overlay, client=self.client_keys[client]
+        )
         self._do(gw, req, next(flow), t)
 
     def _next(self, t: float, client: int, delay: float = 0.0) -> None:
@@ -302,6 +313,7 @@ class SimRun:
         elif isinstance(step, Hold):
             if not req.held:  # woken and held again: it keeps its place and its deadline
                 req.held = True
+                req.held_at = t
                 gw.held.append(req)
                 self.at(step.deadline, EXPIRE, self._expire, req)
         elif isinstance(step, Relay) and step.status == 429:
@@ -312,12 +324,15 @@ class SimRun:
         elif isinstance(step, Relay):
             view = step.decision.view
             assert view is not None
-            self.tally.completed(t, self.site_index[view.key], t - req.sent_at)
+            self.tally.completed(t, self.site_index[view.key], t - req.sent_at, req.client)
             self._next(t, req.client)
         elif isinstance(step, Refuse) and step.status == 429:
             if self.tally.counts(t):
                 self.tally.shed += 1
-            self._next(t, req.client, float(step.decision.retry_after_s or 1))
+            wait = float(step.decision.retry_after_s or 1)
+            if self.sc.retry_jitter:  # between half and all of it, as `gridroute load` does
+                wait = self.backoff.uniform(wait / 2, wait)
+            self._next(t, req.client, wait)
         elif isinstance(step, Refuse):
             if self.tally.counts(t):
                 self.tally.failed += 1
@@ -400,6 +415,16 @@ class SimRun:
         gw = self.gateways[g]
         gw.drain_pending = False
         held = gw.held
+        settings = gw.snapshot.settings
+        if len(held) > 1 and fair_order_on(settings, gw.policy):
+            # In fair order only the first-ranked waiter may take a slot: wake in rank order.
+            rank, keys = gw.fairness.rank, self.client_keys
+            live = sorted(
+                (r for r in held if r.held),
+                key=lambda r: rank(keys[r.client], r.held_at, t, settings),
+            )
+            held.clear()
+            held.extend(live)
         while held:
             req = held[0]
             if not req.held:  # its hold expired meanwhile

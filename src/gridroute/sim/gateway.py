@@ -26,6 +26,7 @@ from gridroute.core import (
     Snapshot,
 )
 from gridroute.core.ejection import Ejections
+from gridroute.core.fairness import FairAdmission
 from gridroute.core.gateway_load import combine
 from gridroute.core.group_route import RouteTable
 from gridroute.core.overlay_request import OverlayRequest
@@ -48,6 +49,7 @@ class SimGateway:
         "clock",
         "drain_pending",
         "ejections",
+        "fairness",
         "held",
         "index",
         "overlay",
@@ -80,6 +82,7 @@ class SimGateway:
         the picks draw the same sequence as without it)."""
         self.own = OwnLoad()
         self.ejections = Ejections()
+        self.fairness = FairAdmission()
         self.clock = clock
         """The simulation's clock (the time of the event being handled)."""
         self.held: deque[SimRequest] = deque()

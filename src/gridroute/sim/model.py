@@ -63,7 +63,7 @@ class SimRequest:
     Its course is the core's request flow (`flow`), the same generator the gateway
     drives; the engine carries out each step and sends back what happened."""
 
-    __slots__ = ("client", "flow", "held", "key", "sent_at", "serial", "site")
+    __slots__ = ("client", "flow", "held", "held_at", "key", "sent_at", "serial", "site")
 
     def __init__(self, client: int, sent_at: float) -> None:
         self.client = client
@@ -78,6 +78,8 @@ class SimRequest:
         failed meanwhile) is recognised by its serial and ignored."""
         self.held = False
         """In its gateway's admission queue now."""
+        self.held_at = 0.0
+        """When it began waiting (its place among equals in fair order)."""
 
 
 class SimSite:

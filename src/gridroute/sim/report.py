@@ -40,6 +40,14 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _spread(row: dict[str, Any]) -> str:
+    """Per-client served counts as `min/median/max` (issue 16: who got served)."""
+    lo = row.get("clients_served_min")
+    if lo is None:
+        return "-"
+    return f"{lo}/{row['clients_served_median']}/{row['clients_served_max']}"
+
+
 def table(scenario: Scenario, results: list[RunResult]) -> Table:
     """One line per (clients, policy), grouped by clients as the seed table is."""
     caps = capacity_shares(scenario)
@@ -57,6 +65,8 @@ def table(scenario: Scenario, results: list[RunResult]) -> Table:
         t.add_column(col, justify="right")
     t.add_column("p50 s", justify="right")
     t.add_column("p99 s", justify="right")
+    t.add_column("served per client min/med/max", justify="right")
+    t.add_column("Jain", justify="right")
     last = None
     for r in results:
         row = r.row
@@ -75,6 +85,8 @@ def table(scenario: Scenario, results: list[RunResult]) -> Table:
             str(row["failed"]),
             _seconds(row["latency_p50_s"]),
             _seconds(row["latency_p99_s"]),
+            _spread(row),
+            "-" if row.get("jain") is None else f"{row['jain']:.3f}",
         )
     if scenario.window_s != 10.0:
         t.columns[len(caps) + 2].header = f"peak {scenario.window_s:g}s window"

@@ -289,7 +289,13 @@ class Scenario(BaseModel):
     scrape_interval_s: float = Field(1.0, gt=0)
     """How often each site's operator scrapes its site."""
     poll_interval_s: float = Field(1.0, gt=0)
-    """How often operators poll each other, and each gateway polls its operator."""
+    """How often operators poll each other, and each gateway polls its operator (unless
+    `gateway_poll_interval_s` sets the gateways' own)."""
+    gateway_poll_interval_s: float | None = Field(None, gt=0)
+    """How often each gateway polls its operator, when it differs from the operators' own
+    `poll_interval_s` (default: the same). The seed PR's lab does not state its intervals;
+    a rule that acts on a polled ratio herds for as long as a reading stays unchanged, so
+    this interval sets how stale the ratio a pick reads can be (docs/simulator.md)."""
     connect_timeout_s: float = Field(2.0, gt=0)
     """How long a request sent to an unreachable or failed backend waits before it fails
     (and is retried once on another site)."""
@@ -307,6 +313,9 @@ class Scenario(BaseModel):
     """Gateways report their own in-flight on each poll of their operator, and operators
     relay each site's sum, so fair shares are computed among gateways (false: operators
     relay none, and a share is this gateway's part of all polled load)."""
+    retry_jitter: bool = False
+    """Clients wait a uniform draw between half and all of a 429's Retry-After, as the
+    load generator (`gridroute load`) does (false: exactly Retry-After, whole seconds)."""
     availability: AvailabilitySettings = Field(default_factory=AvailabilitySettings)
     """The core's availability settings (shedding, admission queue, windows), as a gateway
     would be configured."""
@@ -340,6 +349,13 @@ class Scenario(BaseModel):
             return list(self.gateway_sites)
         names = [s.name for s in self.sites]
         return [names[i % len(names)] for i in range(len(self.gateway_shares))]
+
+    @property
+    def gateway_poll_s(self) -> float:
+        """How often each gateway polls its operator."""
+        if self.gateway_poll_interval_s is None:
+            return self.poll_interval_s
+        return self.gateway_poll_interval_s
 
     @property
     def total_slots(self) -> int:

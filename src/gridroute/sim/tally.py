@@ -92,6 +92,10 @@ class Tally:
     failed: int = 0
     retried: int = 0
     probes: list[Probe] = field(default_factory=list)
+    served_by: list[int] = field(default_factory=list)
+    """[client] requests completed in the span (the engine adds a 0 per new client)."""
+    queue_s: float = 0.0
+    """Request-seconds spent queued at the sites (queue length at each scrape x interval)."""
 
     def __post_init__(self) -> None:
         buckets = max(1, math.ceil((self.end_s - self.start_s) / BUCKET_S - 1e-9))
@@ -102,11 +106,13 @@ class Tally:
         """Whether an event at `t` falls in the measured span."""
         return self.start_s <= t <= self.end_s + 1e-9
 
-    def completed(self, t: float, site: int, latency: float) -> None:
+    def completed(self, t: float, site: int, latency: float, client: int | None = None) -> None:
         if self.start_s <= t <= self.end_s + 1e-9:
             row = self.completions[site]
             row[min(int((t - self.start_s) / BUCKET_S), len(row) - 1)] += 1
             self.latencies.append(latency)
+            if client is not None:
+                self.served_by[client] += 1
 
     def series(self) -> Series:
         return Series(list(self.sites), BUCKET_S, self.start_s, self.completions, self.rho)
@@ -149,7 +155,34 @@ class Tally:
             "retried": self.retried,
             "latency_p50_s": _quantile(lat, 0.50),
             "latency_p99_s": _quantile(lat, 0.99),
+            "queue_s": round(self.queue_s, 1),
+            **client_figures(self.served_by),
         }
+
+
+def jain(counts: list[int]) -> float | None:
+    """Jain's fairness index, (sum x)^2 / (n sum x^2): 1 when all are equal, 1/n when one
+    client has everything (None without clients or without any served)."""
+    sq = sum(c * c for c in counts)
+    if not counts or not sq:
+        return None
+    return sum(counts) ** 2 / (len(counts) * sq)
+
+
+def client_figures(counts: list[int]) -> dict[str, Any]:
+    """Per-client served min / median / max and Jain's index, as the report shows them."""
+    if not counts:
+        return dict.fromkeys(
+            ("clients_served_min", "clients_served_median", "clients_served_max", "jain")
+        )
+    ordered = sorted(counts)
+    index = jain(counts)
+    return {
+        "clients_served_min": ordered[0],
+        "clients_served_median": ordered[len(ordered) // 2],
+        "clients_served_max": ordered[-1],
+        "jain": None if index is None else round(index, 4),
+    }
 
 
 def _quantile(ordered: list[float], q: float) -> float | None:
