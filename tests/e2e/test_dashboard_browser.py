@@ -32,8 +32,10 @@ SPEC = GridSpec(
     service_s=0.2,
     distribution="exponential",
 )
-CLIENTS = 24
-"""More clients than the 20 slots: the model is shed now and then (429s to draw)."""
+CLIENTS = 48
+"""Well past the 20 slots (16 with east cut off): in fair order the excess first waits at
+the gateway for about 1.5 turnovers of the slots, so it takes twice the slots in clients
+for some requests to be shed (429s to draw)."""
 PANELS = ("share", "rho", "requests", "refusals", "latency")
 HISTORY_POINTS = 8
 """Points a freshly opened page must draw at once: more than it could have polled itself."""
