@@ -119,6 +119,15 @@ def test_dashboard_shows_three_sites_and_a_partitioned_one_silent(
                 assert page.locator('[data-site="hub"]').get_attribute("data-live") == "live"
 
                 grid.wait_for(lambda: _shed_seen(grid), 20.0, "a request shed (429)")
+                # Enough history for the late page to draw (a rate needs two points).
+                grid.wait_for(
+                    lambda: (
+                        len(http_json(grid.gateway_url + "/grid/history")["points"])
+                        >= HISTORY_POINTS + 2
+                    ),
+                    30.0,
+                    "the gateway's history to hold enough points",
+                )
 
                 # Opened mid-incident: the charts start with the gateway's own history.
                 late = browser.new_page(viewport={"width": 1366, "height": 1400})
