@@ -7,6 +7,7 @@ no cluster), retries with exponential backoff, and a client on the local credent
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -37,6 +38,26 @@ class DynamicClient(Protocol):
     def get(
         self, resource: Any, name: str | None = None, namespace: str | None = None, **kwargs: Any
     ) -> Any: ...
+
+
+class ClusterClient:
+    """A dynamic client, the field manager it applies as, and the retry settings every
+    call of the map store and of the route publisher uses."""
+
+    def __init__(
+        self,
+        client: DynamicClient,
+        field_manager: str,
+        *,
+        attempts: int = 4,
+        backoff_s: float = 0.2,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.client = client
+        self.field_manager = field_manager
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.sleep = sleep
 
 
 class KubeCallError(Exception):

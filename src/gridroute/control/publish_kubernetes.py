@@ -18,12 +18,16 @@ drive the publisher with a fake client and no cluster.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from gridroute.control import kube_client
-from gridroute.control.kube_client import DynamicClient, KubeCallError, not_found, retry
+from gridroute.control.kube_client import (
+    ClusterClient,
+    KubeCallError,
+    not_found,
+    retry,
+)
 from gridroute.control.publish_directory import PublishError
 from gridroute.wire.httproute import ISVC_LABEL, NAMESPACE_LABEL, RenderedRoute, selector_of
 
@@ -41,23 +45,8 @@ OWNED = ("ReferenceGrant", "BackendTLSPolicy", "EndpointSlice", "Service")
 last: nothing is left pointing at a Service that is gone)."""
 
 
-class KubernetesPublisher:
+class KubernetesPublisher(ClusterClient):
     name = "kubernetes"
-
-    def __init__(
-        self,
-        client: DynamicClient,
-        field_manager: str,
-        *,
-        attempts: int = 4,
-        backoff_s: float = 0.2,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.client = client
-        self.field_manager = field_manager
-        self.attempts = attempts
-        self.backoff_s = backoff_s
-        self.sleep = sleep
 
     def _resource(self, kind: str) -> Any:
         return self.client.resources.get(api_version=KINDS[kind], kind=kind)

@@ -17,7 +17,6 @@ InferenceService there is no object to carry the `ome.io/traffic-drain` annotati
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +24,7 @@ from pydantic import ValidationError
 
 from gridroute.control.config import Loaded
 from gridroute.control.kube_client import (
-    DynamicClient,
+    ClusterClient,
     KubeCallError,
     as_dict,
     from_kubeconfig,
@@ -53,23 +52,8 @@ def _parse(obj: dict[str, Any]) -> TrafficMap:
         ) from None
 
 
-class KubernetesMaps:
+class KubernetesMaps(ClusterClient):
     """The map half of `Store`, on a cluster."""
-
-    def __init__(
-        self,
-        client: DynamicClient,
-        field_manager: str,
-        *,
-        attempts: int = 4,
-        backoff_s: float = 0.2,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.client = client
-        self.field_manager = field_manager
-        self.attempts = attempts
-        self.backoff_s = backoff_s
-        self.sleep = sleep
 
     def _resource(self) -> Any:
         return self.client.resources.get(api_version=API_VERSION, kind=KIND)
