@@ -31,8 +31,8 @@ def render_command(
     out: Annotated[Path | None, typer.Option(help="Write here (atomically) too.")] = None,
 ) -> None:
     """Render an overlay from INPUT and print it (JSON)."""
+    from gridroute.control.atomicfile import write_atomic
     from gridroute.control.overlay import load_input, render
-    from gridroute.control.overlay_service import write_atomically
     from gridroute.wire.overlay import dumps
 
     try:
@@ -40,7 +40,7 @@ def render_command(
     except ConfigError as exc:
         raise _fail(exc) from None
     if out is not None:
-        write_atomically(out, text)
+        write_atomic(out, text)
     typer.echo(text, nl=False)
 
 
@@ -87,8 +87,8 @@ def drain_command(
     """Set a provider's admission in the render input (a running `control` picks it up)."""
     import yaml
 
+    from gridroute.control.atomicfile import write_atomic
     from gridroute.control.overlay import with_drain
-    from gridroute.control.overlay_service import write_atomically
     from gridroute.core.groups import Admission
 
     try:
@@ -100,7 +100,7 @@ def drain_command(
         data = with_drain(input_file, provider, admission)
     except ConfigError as exc:
         raise _fail(exc) from None
-    write_atomically(input_file, yaml.safe_dump(data, sort_keys=False))
+    write_atomic(input_file, yaml.safe_dump(data, sort_keys=False))
     typer.echo(f"{input_file}: {provider} -> {state}")
 
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,25 +26,12 @@ from pathlib import Path
 from aiohttp import web
 
 from gridroute.config import ConfigError
+from gridroute.control.atomicfile import write_atomic
 from gridroute.control.overlay import Reading, RenderInput, load_input, next_revision, render
 from gridroute.relay.poller import PollMetrics, SignalsClient
 from gridroute.wire.overlay import Overlay, digest, dumps
 
 log = logging.getLogger("gridroute.control")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Readers see the old file or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class OverlayService:
@@ -119,7 +104,7 @@ class OverlayService:
         self.body = text.encode()
         self.etag = f'"{new.revision}-{digest(new)[:16]}"'
         if self.out is not None:
-            write_atomically(self.out, text)
+            write_atomic(self.out, text)
         log.warning("control: overlay revision %d published", new.revision)
         return True
 

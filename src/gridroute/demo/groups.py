@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
+from gridroute.control.atomicfile import write_atomic
 from gridroute.control.overlay import with_drain
-from gridroute.control.overlay_service import write_atomically
 from gridroute.core.groups import Admission
 from gridroute.grid.ports import free_ports
 from gridroute.grid.supervisor import Child, Supervisor
@@ -303,7 +303,7 @@ def drain_and_fall_through(workdir: Path | None = None, quiet: bool = False) -> 
         d.say(f"drain c (existing_only); session pin-c is bound to {pinned}")
         before = revision()
         data = with_drain(d.input, "c/c", Admission.EXISTING_ONLY)
-        write_atomically(d.input, yaml.safe_dump(data, sort_keys=False))
+        write_atomic(d.input, yaml.safe_dump(data, sort_keys=False))
         _until(lambda: revision() > before, 20, "the drained overlay")
         run("drain", ["pin-c", "n-1", "n-2", "n-3", "n-4", "pin-c"])
 
