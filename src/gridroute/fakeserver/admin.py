@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gridroute.fakeserver import openai_shapes as shapes
+from gridroute.fakeserver.served_model import FakeEngine
 from gridroute.fakeserver.state import STATE
 
 routes = web.RouteTableDef()
@@ -101,22 +102,33 @@ async def recover(request: web.Request) -> web.Response:
     return _ok(request)
 
 
-@routes.post("/admin/slots")
-async def slots(request: web.Request) -> web.Response:
-    """`{"slots": N, "model": null}`: change capacity of one model, or of all."""
+async def _count_per_model(
+    request: web.Request, field: str
+) -> tuple[int, list[FakeEngine]] | web.Response:
+    """The body's non-negative integer `field` and the engines it applies to (the
+    body's `model`, or every model when it is null); an OpenAI-shaped 400 otherwise."""
     body = await _json_body(request)
     if isinstance(body, web.Response):
         return body
-    n = body.get("slots")
+    n = body.get(field)
     model = body.get("model")
     st = request.app[STATE]
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        return _bad(f"slots must be a non-negative integer, got {n!r}")
+        return _bad(f"{field} must be a non-negative integer, got {n!r}")
     if model is not None and model not in st.engines:
         return _bad(f"model {model!r} is not served here; served: {sorted(st.engines)}")
-    for name, eng in st.engines.items():
-        if model is None or name == model:
-            eng.pool.resize(n)
+    return n, [eng for name, eng in st.engines.items() if model is None or name == model]
+
+
+@routes.post("/admin/slots")
+async def slots(request: web.Request) -> web.Response:
+    """`{"slots": N, "model": null}`: change capacity of one model, or of all."""
+    got = await _count_per_model(request, "slots")
+    if isinstance(got, web.Response):
+        return got
+    n, engines = got
+    for eng in engines:
+        eng.pool.resize(n)
     return _ok(request)
 
 
@@ -124,19 +136,12 @@ async def slots(request: web.Request) -> web.Response:
 async def external(request: web.Request) -> web.Response:
     """`{"in_flight": N, "model": null}`: N requests from clients that bypass every
     gateway hold slots (and show in /metrics) until set again; 0 clears."""
-    body = await _json_body(request)
-    if isinstance(body, web.Response):
-        return body
-    n = body.get("in_flight")
-    model = body.get("model")
-    st = request.app[STATE]
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        return _bad(f"in_flight must be a non-negative integer, got {n!r}")
-    if model is not None and model not in st.engines:
-        return _bad(f"model {model!r} is not served here; served: {sorted(st.engines)}")
-    for name, eng in st.engines.items():
-        if model is None or name == model:
-            eng.pool.set_external(n)
+    got = await _count_per_model(request, "in_flight")
+    if isinstance(got, web.Response):
+        return got
+    n, engines = got
+    for eng in engines:
+        eng.pool.set_external(n)
     return _ok(request)
 
 
