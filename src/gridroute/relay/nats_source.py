@@ -44,6 +44,7 @@ from gridroute.relay.poller import (
     PollMetrics,
     PollOutcome,
     PollResult,
+    log_change,
     steady_offset,
 )
 from gridroute.wire.gateway_report import render_in_flight
@@ -274,13 +275,7 @@ class NatsSignalsSource:
     def _record(self, outcome: PollOutcome) -> None:
         self._metrics.count(outcome)
         self.latest = outcome
-        if outcome.result is PollResult.OK:
-            if self.failing:
-                self.failing = False
-                self._log.info("signals from nats recovered")
-        elif not self.failing:
-            self.failing = True
-            self._log.warning("signals from nats failing: %s", outcome.error)
+        self.failing = log_change(self._log, self.failing, outcome, "signals from nats")
 
 
 _DROP_VALUES = {r.value for r in DropReason}

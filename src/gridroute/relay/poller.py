@@ -417,14 +417,20 @@ class SignalsClient:
         self.latest = outcome
         if outcome.result is PollResult.OK:
             self.last_ok = outcome
-            if self.failing:
-                self.failing = False
-                self._log.info("signals poll of %s recovered", self.target)
-        elif not self.failing:
-            self.failing = True
-            self._log.warning(
-                "signals poll of %s failing: %s (%s)", self.target, outcome.result, outcome.error
-            )
+        what = f"signals poll of {self.target}"
+        self.failing = log_change(self._log, self.failing, outcome, what)
+
+
+def log_change(log: logging.Logger, failing: bool, outcome: PollOutcome, what: str) -> bool:
+    """Whether `what` (a signals source) is failing after `outcome`, logged once per
+    change ("... failing: result (error)", then "... recovered"), never once per read."""
+    if outcome.result is PollResult.OK:
+        if failing:
+            log.info("%s recovered", what)
+        return False
+    if not failing:
+        log.warning("%s failing: %s (%s)", what, outcome.result, outcome.error)
+    return True
 
 
 def steady_offset(held: float | None, observed: float) -> float:

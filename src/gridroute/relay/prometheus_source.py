@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from gridroute.relay.poller import PollMetrics, PollOutcome, PollResult
+from gridroute.relay.poller import PollMetrics, PollOutcome, PollResult, log_change
 from gridroute.relay.prometheus_link import PrometheusLink, PrometheusTLS
 from gridroute.wire.promquery import (
     PromAnswerError,
@@ -173,15 +173,7 @@ class PrometheusSource:
     def _record(self, outcome: PollOutcome) -> None:
         self._metrics.count(outcome)
         self.latest = outcome
-        if outcome.result is PollResult.OK:
-            if self.failing:
-                self.failing = False
-                log.info("signals read from prometheus recovered")
-        elif not self.failing:
-            self.failing = True
-            log.warning(
-                "signals read from prometheus failing: %s (%s)", outcome.result, outcome.error
-            )
+        self.failing = log_change(log, self.failing, outcome, "signals read from prometheus")
 
 
 def _error(chunks: list[bytes]) -> str:
