@@ -148,13 +148,47 @@ def test_retry_after_bounds_out_of_order_name_the_fields() -> None:
     assert "retry_after_min_s" in str(err.value) and "retry_after_max_s" in str(err.value)
 
 
-def test_an_answered_flow_counts_one_admission() -> None:
-    g = Grid([Site("a", running=0.0, max_running=4.0)], S)
-    fg = FakeGrid(g.refresh(1.0), g.own)
-    flow = request_flow(fg, "m", Policy.GRIDROUTE, client="k")
+def _answer(fg: FakeGrid, key: str) -> None:
+    flow = request_flow(fg, "m", Policy.GRIDROUTE, client=key)
     assert isinstance(next(flow), Attempt)
     flow.send(Answered(200))
-    assert fg.fairness.table.standing("k", 10.0, S) == pytest.approx(1.0)
+
+
+def test_an_answered_flow_while_others_were_refused_counts_one_admission() -> None:
+    g = Grid([Site("a", running=0.0, max_running=4.0)], S)
+    fg = FakeGrid(g.refresh(1.0), g.own)
+    fg.fairness.settle(_shed(), "m", "other", fg.now, S, Random(1))  # the model is contended
+    _answer(fg, "k")
+    assert fg.fairness.table.standing("k", fg.now, S) == pytest.approx(1.0)
+
+
+def test_an_admission_nobody_else_wanted_adds_nothing_to_the_score() -> None:
+    """Under capacity nobody is deprived: a client served all through a quiet spell does
+    not rank behind the newcomers of a surge (DRR forgets an idle flow's deficit too)."""
+    g = Grid([Site("a", running=0.0, max_running=4.0)], S)
+    fg = FakeGrid(g.refresh(1.0), g.own)
+    for _ in range(3):
+        _answer(fg, "steady")
+    assert fg.fairness.table.standing("steady", fg.now, S) == 0.0
+    assert not fg.fairness.contended("m", fg.now, S)
+
+
+def test_contention_lasts_as_long_as_a_refused_client_may_stay_away() -> None:
+    fair = FairAdmission()
+    fair.settle(_shed(), "m", "k", 10.0, S, Random(1))
+    assert fair.contended("m", 10.0 + S.retry_after_max_s, S)
+    assert not fair.contended("m", 10.5 + S.retry_after_max_s, S)
+    assert not fair.contended("other-model", 10.0, S)
+    ticket = fair.join("m", "k", 30.0)  # a waiter: contended while it waits
+    assert fair.contended("m", 100.0, S)
+    fair.leave("m", ticket)
+    assert not fair.contended("m", 100.0, S)
+
+
+def _shed():  # type: ignore[no-untyped-def]
+    from gridroute.core import Decision, Path
+
+    return Decision(Outcome.SHED, Path.SHED)
 
 
 @settings(max_examples=50, deadline=None)

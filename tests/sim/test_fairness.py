@@ -45,3 +45,24 @@ def test_jain_index_and_client_figures() -> None:
         "clients_served_max": 3,
         "jain": pytest.approx(36 / 42, abs=1e-4),
     }
+
+
+def test_clients_served_through_a_quiet_spell_are_not_starved_by_a_surge() -> None:
+    """The demo's shape: 192 clients under capacity for 42 s, then 480 on 320 slots.
+    Counting the quiet spell's admissions ranked the first 192 behind every newcomer
+    for a half-life (measured: min 1 / median 14 / max 29 served, Jain 0.71)."""
+    sc = parse_scenario(
+        {
+            "duration_s": 60,
+            "warmup_s": 42,
+            "service": {"distribution": "exponential", "mean_s": 1.0},
+            "clients": 192,
+            "retry_jitter": True,
+            "policies": ["gridroute"],
+            "availability": {"shedding": True},
+            "events": [{"at_s": 42, "clients": 480}],
+        }
+    )
+    row = SimRun(sc, Policy.GRIDROUTE, 192).run().row
+    assert row["jain"] >= 0.95  # type: ignore[operator]
+    assert row["clients_served_min"] >= row["clients_served_median"] / 3  # type: ignore[operator]
