@@ -174,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="live: 5 s warm-up, 25 s measured")
     ap.add_argument("--sim-only", action="store_true", help="skip the live grid")
     ap.add_argument("--live-clients", default=",".join(map(str, CLIENTS)))
+    ap.add_argument("--gateways", default=",".join(map(str, GATEWAYS)), help="e.g. 4")
     args = ap.parse_args(argv)
     warmup_s, measure_s = (5.0, 25.0) if args.quick else (10.0, 60.0)
     print(
@@ -182,13 +183,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print("|---|---:|---:|---|---:|---|---:|---:|---:|---:|")
     began = time.perf_counter()
-    for gateways in GATEWAYS:
+    counts = [int(g) for g in args.gateways.split(",") if g]
+    for gateways in counts:
         for clients in CLIENTS:
             for fair in (False, True):
                 print(line(sim_row(gateways, clients, fair)), flush=True)
     if not args.sim_only:
         live = [int(c) for c in args.live_clients.split(",") if c]
-        for gateways in GATEWAYS:
+        for gateways in counts:
             for clients in live:
                 for fair in (False, True):
                     print(line(live_row(gateways, clients, fair, warmup_s, measure_s)), flush=True)

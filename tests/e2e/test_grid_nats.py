@@ -52,6 +52,9 @@ def test_two_gateways_on_nats_split_a_sites_room_by_their_own_loads() -> None:
         signals="nats",
     )
     with LocalGrid(spec) as grid, ThreadPoolExecutor(sum(loads)) as pool:
+        # A grid of several gateways is started only once each has heard all of them
+        # (else each reads the idle grid as its own and the first burst overshoots).
+        assert [grid.status(g)["gateways_reporting"] for g in range(2)] == [2, 2]
         http_json(f"{grid.backend_urls['hub']}/admin/external", {"in_flight": external})
         grid.wait_for(lambda: _external_near(grid, external), 15.0, "external load learned")
         for gateway, n in enumerate(loads):

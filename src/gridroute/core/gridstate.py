@@ -141,6 +141,12 @@ class GridState:
     def snapshot(self) -> Snapshot | None:
         return self._last
 
+    @property
+    def gateways_reporting(self) -> int:
+        """Gateways (workers) whose reports reached this one in the last poll, itself
+        included; 0 when the operator relays none."""
+        return 0 if self._gateways is None else self._gateways.gateways
+
     def reconfigure(
         self,
         candidates: Sequence[Candidate],
