@@ -109,8 +109,9 @@ class SimGateway:
         gateways = None
         if report:
             mine = {k: v for k, v in self.own.counts.items() if v}
-            operator.report(self.index, mine, now)
-            gateways = combine(operator.gateway_sums(now), mine)
+            unmet = self.fairness.unmet(now, self.state.settings)
+            operator.report(self.index, mine, now, unmet)
+            gateways = combine(operator.gateway_sums(now), mine, unmet)
         rows = operator.rows()
         rounds = dict(operator.rounds)
         skew = operator.skew_s
