@@ -105,6 +105,9 @@ def test_unmet_sums_round_trip_in_the_relay_and_a_bad_row_is_refused() -> None:
     assert b"grid_gateway_unmet" in enc.body and enc.body.count(b"grid_gateway_unmet{") == 1
     dec = decode_relay(enc.body, date=101.0, offset=0.0)
     assert dec.gateways["west"].unmet == 40.0 and dec.gateways["hub"].unmet == 0.0
-    bad = b'grid_gateways_reporting{grid_site="w"} 1 1000\ngrid_gateway_unmet{grid_site="w"} NaN 1000\n'
+    bad = (
+        b'grid_gateways_reporting{grid_site="w"} 1 1000\n'
+        b'grid_gateway_unmet{grid_site="w"} NaN 1000\n'
+    )
     dec = decode_relay(bad, date=1.0, offset=0.0)
     assert dec.dropped[DropReason.PARSE] == 1 and dec.gateways["w"].unmet == 0.0
