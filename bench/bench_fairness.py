@@ -1,11 +1,12 @@
 """Who gets served past capacity: today (first come) beside fair order, in one run (issue 16).
 
-    .venv/bin/python bench/bench_fairness.py [--quick] [--sim-only]
+    .venv/bin/python bench/bench_fairness.py [--quick] [--sim-only] [--gateways 1,4,4u]
 
 384 and 512 closed-loop clients on 320 slots (hub 128, west 128, east 64), 5 s service,
-shedding on, every client honouring Retry-After, 1 and 4 gateways; each client sticks
-to one gateway. `today` is gridroute with `fair_order: false` (a 429 at once when there
-is no room), `fair` the default. Printed per row: Jain's fairness index over the
+shedding on, every client honouring Retry-After, 1 and 4 gateways, and 4 gateways with
+unequal demand (`4u`: 40/20/20/20 % of the clients); each client sticks to one
+gateway. `today` is gridroute with `fair_order: false` (a 429 at once when there is no
+room), `fair` the default. Printed per row: Jain's fairness index over the
 clients' served counts (target >= 0.95), min / median / max served per client and
 max/min (target <= 2), goodput as completions over what the slots could complete in the
 measured span (target >= 0.99), request-seconds queued at the sites, and 429s.
@@ -40,13 +41,18 @@ from gridroute.sim.tally import client_figures
 SLOTS = 320
 SERVICE_S = 5.0
 CLIENTS = (384, 512)
-GATEWAYS = {1: ("hub",), 4: ("hub", "west", "east", "hub")}
+GATEWAYS: dict[str, tuple[tuple[str, ...], tuple[float, ...] | None]] = {
+    "1": (("hub",), None),
+    "4": (("hub", "west", "east", "hub"), None),
+    "4u": (("hub", "west", "east", "hub"), (0.4, 0.2, 0.2, 0.2)),
+}
+"""Gateway sets: each gateway's site, and the clients' split (None: equal)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
     world: str
-    gateways: int
+    gateways: str
     clients: int
     mode: str
     served: list[int]
@@ -59,7 +65,8 @@ def settings(fair: bool) -> AvailabilitySettings:
     return AvailabilitySettings(shedding=True, fair_order=fair)
 
 
-def sim_row(gateways: int, clients: int, fair: bool) -> Row:
+def sim_row(gateways: str, clients: int, fair: bool) -> Row:
+    sites, split = GATEWAYS[gateways]
     sc = parse_scenario(
         {
             "name": "fairness",
@@ -69,7 +76,8 @@ def sim_row(gateways: int, clients: int, fair: bool) -> Row:
             "warmup_s": 10.5,
             "service": {"mean_s": SERVICE_S},
             "retry_jitter": True,
-            "gateways": gateways,
+            "gateways": list(split) if split else len(sites),
+            "gateway_sites": list(sites),
             "clients": clients,
             "policies": ["gridroute"],
             "availability": settings(fair).model_dump(),
@@ -107,11 +115,19 @@ async def _queued_seconds(grid: LocalGrid, seconds: float) -> float:
 
 
 async def _live_load(
-    grid: LocalGrid, clients: int, warmup_s: float, measure_s: float
+    grid: LocalGrid,
+    clients: int,
+    warmup_s: float,
+    measure_s: float,
+    split: tuple[float, ...] | None = None,
 ) -> tuple[list[int], int, int, float]:
     """(served per client in the span, completions in it, 429s in it, queued seconds)."""
     urls = grid.gateway_urls
-    share = [clients // len(urls) + (1 if i < clients % len(urls) else 0) for i in range(len(urls))]
+    if split is None:
+        share = [clients // len(urls) + (i < clients % len(urls)) for i in range(len(urls))]
+    else:
+        share = [round(clients * f) for f in split]
+        share[0] += clients - sum(share)
     firsts = [sum(share[:i]) for i in range(len(urls))]
     span = warmup_s + measure_s
     loads = [
@@ -131,7 +147,9 @@ async def _live_load(
         await asyncio.sleep(warmup_s)
         return await _queued_seconds(grid, measure_s)
 
-    *results, queue_s = await asyncio.gather(*loads, queued())
+    waiting = asyncio.ensure_future(queued())
+    results = await asyncio.gather(*loads)
+    queue_s = await waiting
     served = [0] * clients
     done = shed = 0
     for result in results:
@@ -145,14 +163,17 @@ async def _live_load(
     return served, done, shed, queue_s
 
 
-def live_row(gateways: int, clients: int, fair: bool, warmup_s: float, measure_s: float) -> Row:
+def live_row(gateways: str, clients: int, fair: bool, warmup_s: float, measure_s: float) -> Row:
+    sites, split = GATEWAYS[gateways]
     spec = GridSpec(
         service_s=SERVICE_S,
-        gateway_sites=GATEWAYS[gateways],
+        gateway_sites=sites,
         availability=settings(fair),
     )
     with LocalGrid(spec) as grid:  # started on entry
-        served, done, shed, queue_s = asyncio.run(_live_load(grid, clients, warmup_s, measure_s))
+        served, done, shed, queue_s = asyncio.run(
+            _live_load(grid, clients, warmup_s, measure_s, split)
+        )
     capacity = SLOTS / SERVICE_S * measure_s
     return Row("live", gateways, clients, "fair" if fair else "today", served, done / capacity,
                queue_s, shed)  # fmt: skip
@@ -174,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="live: 5 s warm-up, 25 s measured")
     ap.add_argument("--sim-only", action="store_true", help="skip the live grid")
     ap.add_argument("--live-clients", default=",".join(map(str, CLIENTS)))
-    ap.add_argument("--gateways", default=",".join(map(str, GATEWAYS)), help="e.g. 4")
+    ap.add_argument("--gateways", default=",".join(GATEWAYS), help="e.g. 4,4u")
     args = ap.parse_args(argv)
     warmup_s, measure_s = (5.0, 25.0) if args.quick else (10.0, 60.0)
     print(
@@ -183,7 +204,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print("|---|---:|---:|---|---:|---|---:|---:|---:|---:|")
     began = time.perf_counter()
-    counts = [int(g) for g in args.gateways.split(",") if g]
+    counts = [g for g in args.gateways.split(",") if g]
+    unknown = [g for g in counts if g not in GATEWAYS]
+    if unknown:
+        ap.error(f"--gateways: unknown {unknown}, known: {', '.join(GATEWAYS)}")
     for gateways in counts:
         for clients in CLIENTS:
             for fair in (False, True):
