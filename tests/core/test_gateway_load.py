@@ -102,12 +102,6 @@ def test_past_capacity_a_gateway_holding_past_its_demand_yields_the_slots_it_fre
     assert _full_site_held(50, 50.0, (0, 0.0)).budget == pytest.approx(50)
 
 
-def test_a_site_no_other_gateway_uses_is_not_yielded() -> None:
-    """The same demand, but the other gateway holds nothing here (the other 50 slots are
-    external load): slots yielded here would stay idle, so the budget stays."""
-    assert _full_site_held(50, 0.0, (0, 150.0)).budget == pytest.approx(50)
-
-
 def test_with_demand_in_proportion_to_holdings_the_budget_is_unchanged() -> None:
     """Equal demand (50 + 20 each): the cap does not bind, so slots do not move."""
     assert _full_site_held(50, 50.0, (20, 20.0)).budget == pytest.approx(50)

@@ -34,8 +34,7 @@ a site is capped at its *demand share* of the room gateways use there:
     budget      <= demand share * min(reported here + free, room ceiling) + margin
 
 A gateway holding past its demand then does not refill the slots it frees, and the
-others claim them from the next samples (only at sites other gateways use too: one only
-this gateway uses would stay idle). The margin (2 requests, or 5 % of the target)
+others claim them from the next samples. The margin (2 requests, or 5 % of the target)
 keeps the noise of a poll-old sum from moving slots back and forth: with equal demand
 nothing changes (the cap does not bind), and a slot moved costs about one sample of idle
 time, once.

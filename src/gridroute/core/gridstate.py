@@ -373,15 +373,11 @@ class GridState:
             over = latest > room_ceiling
             held = room_ceiling * own_s / latest if over else float(own_s)
             budget = held + free * share
-            reported = (
-                0.0 if self._gateways is None else self._gateways.in_flight.get(cand.key, 0.0)
-            )
-            if demand_share is not None and reported - own_s >= 1.0:
+            if demand_share is not None and self._gateways is not None:
                 # Hold no more than this gateway's demand share of the room the gateways
                 # use here: one holding past its demand lets the slots it frees go to
-                # those holding less than theirs (module gateway_load). Only where other
-                # gateways hold slots too: a site only this one uses would stay idle.
-                reported = max(reported, float(own_s))
+                # those holding less than theirs (module gateway_load).
+                reported = max(self._gateways.in_flight.get(cand.key, 0.0), float(own_s))
                 target = demand_share * min(reported + free, room_ceiling)
                 margin = max(DEMAND_MARGIN, DEMAND_MARGIN_FRACTION * target)
                 budget = min(budget, target + margin)
