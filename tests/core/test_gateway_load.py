@@ -15,19 +15,13 @@ from gridroute.core.gateway_load import ExternalEstimate, GatewayLoad, combine
 from .grid_builder import MODEL, Grid, Site
 
 
-def _report(
-    g: Grid,
-    others: dict[str, float] | None = None,
-    gateways: int = 1,
-    unmet: tuple[int, float] = (0, 0.0),
-) -> GatewayLoad:
-    """This gateway's report of its own counts, plus other gateways' summed counts;
-    `unmet`: (this gateway's, the others' summed) demand that holds no slot."""
+def _report(g: Grid, others: dict[str, float] | None = None, gateways: int = 1) -> GatewayLoad:
+    """This gateway's report of its own counts, plus other gateways' summed counts."""
     mine = {k: v for k, v in g.own.counts.items() if v}
-    sites = {"here": (1, {k: float(v) for k, v in mine.items()}, float(unmet[0]))}
+    sites = {"here": (1, {k: float(v) for k, v in mine.items()})}
     if others is not None:
-        sites["there"] = (gateways - 1, others, unmet[1])
-    return combine(sites, mine, unmet[0])
+        sites["there"] = (gateways - 1, others)
+    return combine(sites, mine)
 
 
 def _refresh(g: Grid, now: float, load: GatewayLoad):
@@ -78,35 +72,6 @@ def test_several_gateways_share_only_what_gateways_sent() -> None:
     # 20 own of 80 that gateways sent (not of all 120).
     assert g.state.external == pytest.approx(40, abs=1)
     assert snap.views[0].share == pytest.approx(20 / 80, abs=0.01)
-
-
-def _full_site_held(mine: int, others: float, unmet: tuple[int, float]):  # type: ignore[no-untyped-def]
-    """One site of 100 slots, full: this gateway holds `mine`, one other the rest."""
-    g = Grid([Site("a", running=100, max_running=100)])
-    for _ in range(mine):
-        g.own.start("a/p", 0.0)
-    snap = None
-    for t in range(1, 4):
-        snap = _refresh(g, float(t), _report(g, {"a/p": others}, 2, unmet))
-    assert snap is not None
-    return snap.views[0]
-
-
-def test_past_capacity_a_gateway_holding_past_its_demand_yields_the_slots_it_frees() -> None:
-    """Two gateways hold 50 slots each; this one's clients are a fifth of the demand
-    (50 in flight + 0 waiting, against 50 + 150 of the other): its budget falls to its
-    demand share of the site (20, plus a margin of 2), so the slots it frees go to the
-    other gateway, whose clients wait. Without unmet demand it keeps its 50."""
-    view = _full_site_held(50, 50.0, (0, 150.0))
-    assert view.budget == pytest.approx(20 + 2)
-    assert _full_site_held(50, 50.0, (0, 0.0)).budget == pytest.approx(50)
-
-
-def test_with_demand_in_proportion_to_holdings_the_budget_is_unchanged() -> None:
-    """Equal demand (50 + 20 each): the cap does not bind, so slots do not move."""
-    assert _full_site_held(50, 50.0, (20, 20.0)).budget == pytest.approx(50)
-    # Noise of a poll-old sum within the margin moves nothing either.
-    assert _full_site_held(50, 50.0, (18, 24.0)).budget == pytest.approx(50)
 
 
 def test_a_report_lagging_one_poll_moves_the_estimate_only_a_little() -> None:

@@ -6,36 +6,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
-from gridroute.core import AvailabilitySettings
-from gridroute.core.fairness import FairAdmission
 from gridroute.gateway.load_report import LoadReport
-from gridroute.wire.gateway_report import UNMET_HEADER
 from gridroute.wire.signals import Decoded, GatewaySums
 
 
-def report(own: dict[str, int], fairness: FairAdmission | None = None) -> LoadReport:
-    current = cast(
-        Any,
-        SimpleNamespace(
-            own=SimpleNamespace(counts=own),
-            fairness=fairness or FairAdmission(),
-            clock=lambda: 10.0,
-            state=SimpleNamespace(settings=AvailabilitySettings(shedding=True)),
-        ),
-    )
+def report(own: dict[str, int]) -> LoadReport:
+    current = cast(Any, SimpleNamespace(own=SimpleNamespace(counts=own)))
     return LoadReport(lambda: current, "gw-me", "hub")
-
-
-def test_the_report_carries_the_demand_that_holds_no_slot() -> None:
-    fair = FairAdmission()
-    fair.join("m", "waiting-client", 9.0)
-    fair.table.refused("refused-client", 8.0, AvailabilitySettings())
-    rep = report({"hub/p": 2}, fair)
-    headers = rep.headers()
-    assert headers[UNMET_HEADER] == "2" and rep.unmet_sent == 2
-    load = rep.load(read({"hub": GatewaySums(10.0, 2, {"hub/p": 5.0}, 7.0)}), now=10.0)
-    assert load is not None and (load.unmet, load.own_unmet) == (7.0, 2)
-    assert UNMET_HEADER not in report({}).headers()  # nothing unmet: no header
 
 
 def read(sums: dict[str, GatewaySums]) -> Decoded:

@@ -15,16 +15,6 @@ def test_reports_are_summed_per_candidate_and_expire_after_the_window() -> None:
     assert r.own(30.0).gateways == 0
 
 
-def test_unmet_demand_is_summed_over_the_fresh_reports() -> None:
-    r = GatewayReports("hub", window_s=5.0)
-    r.record("gw-1", {"hub/p": 3}, 10.0, unmet=30)
-    r.record("gw-2", {"hub/p": 2}, 12.0)
-    assert r.own(13.0).unmet == 30.0
-    r.record("gw-2", {"hub/p": 2}, 13.0, unmet=5)
-    assert r.own(13.0).unmet == 35.0
-    assert r.own(16.0).unmet == 5.0  # gw-1 aged out with its demand
-
-
 def test_peers_sums_are_relayed_until_stale_and_sites_without_gateways_are_left_out() -> None:
     r = GatewayReports("hub", window_s=5.0)
     r.peer("west", GatewaySums(10.0, 2, {"hub/p": 7.0}))

@@ -50,17 +50,6 @@ def test_reports_are_summed_per_reporting_site_and_age_out_after_the_window() ->
     assert board.sums(120.0) == {}
 
 
-def test_unmet_demand_rides_in_the_report_body_and_is_summed_per_site() -> None:
-    board = GatewayReportBoard(PREFIX, window_s=5.0)
-    assert board.ingest(f"{PREFIX}.west.gw-1", b"west/pool=3\nunmet=20", now=100.0)
-    assert board.ingest(f"{PREFIX}.west.gw-2", b"west/pool=2", now=100.0)
-    board.record("east", "gw-3", {}, 100.0, unmet=4)
-    sums = board.sums(100.0)
-    assert sums["west"].unmet == 20.0 and sums["east"].unmet == 4.0
-    assert not board.ingest(f"{PREFIX}.west.gw-1", b"west/pool=3\nunmet=lots", now=101.0)
-    assert board.sums(101.0)["west"].unmet == 20.0  # the last good report keeps serving
-
-
 def test_a_malformed_report_is_refused_whole_and_counted() -> None:
     board = GatewayReportBoard(PREFIX)
     refused = {

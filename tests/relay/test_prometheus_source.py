@@ -45,18 +45,12 @@ def _api(behaviour: dict[str, Any]) -> web.Application:
         if mode == "huge":
             return web.Response(body=b" " * 5000, content_type="application/json")
         now = time.time()
-        if "grid_route_unmet" in expr:
+        if expr.startswith("grid_route_site_in_flight"):
             behaviour.setdefault("gateway_queries", []).append(expr)
-            flight = "grid_route_site_in_flight"
             result = [
-                {"metric": {"__name__": flight, "job": "gw", "instance": inst, "site": site,
-                            "cluster": "p"},
+                {"metric": {"job": "gw", "instance": inst, "site": site, "cluster": "p"},
                  "value": [now, value]}
                 for inst, site, value in behaviour.get("gateways", ())
-            ] + [
-                {"metric": {"__name__": "grid_route_unmet", "job": "gw", "instance": inst},
-                 "value": [now, value]}
-                for inst, value in behaviour.get("unmet", ())
             ]  # fmt: skip
             kind = "vector"
         elif expr.startswith("max by"):
@@ -210,7 +204,6 @@ def test_every_scraped_gateways_own_in_flight_is_read_beside_the_rows() -> None:
                 ("10.0.0.2:9100", "hub", "2"),
                 ("10.0.0.3:9100", "west", "NaN"),  # a row a gateway no longer has
             ],
-            "unmet": [("10.0.0.1:9100", "30"), ("10.0.0.2:9100", "4"), ("10.0.0.3:9100", "NaN")],
         }
         async with serve(_api(behaviour)) as url:
             cfg = PrometheusLink(url=url, timeout_s=0.5, gateway_selector='job="gw"')
@@ -222,15 +215,12 @@ def test_every_scraped_gateways_own_in_flight_is_read_beside_the_rows() -> None:
                 assert got.decoded is not None
                 sums = got.decoded.gateways["hub"]
                 assert (sums.gateways, dict(sums.in_flight)) == (2, {"hub/p": 5.0, "west/p": 1.0})
-                assert sums.unmet == 34.0  # each gateway's demand that holds no slot
-                assert behaviour["gateway_queries"] == [
-                    '{__name__=~"grid_route_site_in_flight|grid_route_unmet", job="gw"}'
-                ]
+                assert behaviour["gateway_queries"] == ['grid_route_site_in_flight{job="gw"}']
                 # Without its site (or with gateway_selector: null) no reports are read.
                 off = await plain.poll()
                 assert off.decoded is not None and off.decoded.gateways == {}
                 assert len(behaviour["gateway_queries"]) == 1
-                behaviour["gateways"] = behaviour["unmet"] = []  # none scraped: the fallback
+                behaviour["gateways"] = []  # no gateway scraped: no sums, the fallback
                 none = await src.poll()
                 assert none.decoded is not None and none.decoded.gateways == {}
             finally:

@@ -4,10 +4,7 @@ from gridroute.core.sample import Sample
 from gridroute.wire.gateway_report import (
     MAX_ENTRIES,
     parse_in_flight,
-    parse_report,
-    parse_unmet,
     render_in_flight,
-    render_report,
     valid_gateway_id,
 )
 from gridroute.wire.signals import (
@@ -84,30 +81,3 @@ def test_a_gateway_row_without_its_target_labels_is_refused() -> None:
     )
     dec = decode_relay(body, date=1.0, offset=0.0)
     assert dec.dropped[DropReason.PARSE] == 2 and dec.gateways == {}
-
-
-def test_unmet_demand_rides_beside_the_report_and_a_bad_value_loses_the_report() -> None:
-    assert parse_unmet(None) == 0  # an older gateway, or nothing unmet
-    assert parse_unmet("40") == 40 and parse_unmet(" 7 ") == 7
-    for bad in ("-1", "1.5", "x", "99999999", ""):
-        assert parse_unmet(bad) is None, bad
-    text = render_report({"hub/p": 3}, 12)
-    assert text == "hub/p=3\nunmet=12" and parse_report(text) == ({"hub/p": 3}, 12)
-    assert render_report({"hub/p": 3}, 0) == "hub/p=3"
-    assert parse_report("hub/p=3") == ({"hub/p": 3}, 0)
-    for bad in ("hub/p=3\nunmet=-2", "hub/p=3\nwaiting=2", "hub/p=x\nunmet=2"):
-        assert parse_report(bad) is None, bad
-
-
-def test_unmet_sums_round_trip_in_the_relay_and_a_bad_row_is_refused() -> None:
-    sums = {"west": GatewaySums(100.0, 2, {"hub/p": 12.0}, 40.0), "hub": GatewaySums(100.0, 1)}
-    enc = encode_relay([], {}, local_site="west", gateways=sums)
-    assert b"grid_gateway_unmet" in enc.body and enc.body.count(b"grid_gateway_unmet{") == 1
-    dec = decode_relay(enc.body, date=101.0, offset=0.0)
-    assert dec.gateways["west"].unmet == 40.0 and dec.gateways["hub"].unmet == 0.0
-    bad = (
-        b'grid_gateways_reporting{grid_site="w"} 1 1000\n'
-        b'grid_gateway_unmet{grid_site="w"} NaN 1000\n'
-    )
-    dec = decode_relay(bad, date=1.0, offset=0.0)
-    assert dec.dropped[DropReason.PARSE] == 1 and dec.gateways["w"].unmet == 0.0

@@ -110,17 +110,6 @@ class FairnessTable:
             return 0.0
         return (e.score - e.owed) * _decay(e, now, s)
 
-    def refused_within(self, now: float, window_s: float, skip: set[str]) -> int:
-        """Keys refused last and seen within `window_s`, but not in `skip`: clients that
-        are coming back (the table is in order of last seen: only those keys are read)."""
-        n = 0
-        for key, e in reversed(self._keys.items()):
-            if now - e.seen > window_s:
-                break
-            if e.streak and key not in skip:
-                n += 1
-        return n
-
     def streak(self, key: str) -> int:
         e = self._keys.get(key)
         return 0 if e is None else e.streak
@@ -242,15 +231,6 @@ class FairAdmission:
 
     def waiting(self, model: str) -> int:
         return len(self._waiting.get(model, ()))
-
-    def unmet(self, now: float, s: AvailabilitySettings) -> int:
-        """This gateway's demand that holds no slot: requests waiting for room, and keys
-        refused within `retry_after_max_s` (they are coming back). With its in-flight,
-        about the number of its clients past capacity, and steady: it is reported so
-        that gateways' budgets follow their clients (`core/gateway_load.py`)."""
-        waiters = [w.key for ws in self._waiting.values() for w in ws.values()]
-        back = self.table.refused_within(now, s.retry_after_max_s, set(waiters))
-        return len(waiters) + back
 
     def join(self, model: str, key: str, now: float) -> int:
         """A request of `key` starts waiting; returns its ticket (for `leave`, `first`)."""

@@ -21,23 +21,6 @@ one reporting for a whole freshness window has nothing lagging behind: everythin
 did not send is external, at once, and its share is 1 (the seed's rule on counted
 load). Without reports (an operator that relays none) external is 0: the share is
 this gateway's part of all polled load.
-
-Past capacity that share follows holdings, and holdings stay wherever they began: each
-gateway refills the slots its own requests free, so a gateway whose clients are 40 % of
-all, holding a quarter of the slots since the start, keeps a quarter (measured: Jain
-0.91 over clients at 4 gateways with 40/20/20/20 % of 512 clients). So each report also
-carries the gateway's *unmet* demand (`FairAdmission.unmet`: requests waiting for room,
-and refused clients coming back), and while some gateway has any, a gateway's budget at
-a site is capped at its *demand share* of the room gateways use there:
-
-    demand share = (own in flight + own unmet) / (polled - external + all unmet)
-    budget      <= demand share * min(reported here + free, room ceiling) + margin
-
-A gateway holding past its demand then does not refill the slots it frees, and the
-others claim them from the next samples. The margin (2 requests, or 5 % of the target)
-keeps the noise of a poll-old sum from moving slots back and forth: with equal demand
-nothing changes (the cap does not bind), and a slot moved costs about one sample of idle
-time, once.
 """
 
 from __future__ import annotations
@@ -45,11 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-
-DEMAND_MARGIN = 2.0
-"""Requests a gateway may hold past its demand share at a site before it yields."""
-DEMAND_MARGIN_FRACTION = 0.05
-"""... or this fraction of its target there, when that is more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +40,6 @@ class GatewayLoad:
     """Gateways whose reports are in `in_flight` (at least 1 when this one reported)."""
     own: Mapping[str, int] = field(default_factory=dict)
     """What this gateway reported in the same round: its part of `in_flight`."""
-    unmet: float = 0.0
-    """Every reporting gateway's demand that holds no slot (this one's included):
-    requests waiting for room and refused clients coming back."""
-    own_unmet: int = 0
-    """This gateway's part of `unmet`, as it reported it."""
 
     def total(self, keys: Iterable[str]) -> float:
         """All gateways' reported in-flight to `keys` (this gateway's report included)."""
@@ -106,18 +79,14 @@ class ExternalEstimate:
 
 
 def combine(
-    sites: Mapping[str, tuple[int, Mapping[str, float], float]],
-    own: Mapping[str, int],
-    own_unmet: int = 0,
+    sites: Mapping[str, tuple[int, Mapping[str, float]]], own: Mapping[str, int]
 ) -> GatewayLoad:
-    """One `GatewayLoad` from per-site sums (reporting site -> (gateways, key -> in-flight,
-    unmet)), as relayed by the operators, and this gateway's own report."""
+    """One `GatewayLoad` from per-site sums (reporting site -> (gateways, key -> in-flight)),
+    as relayed by the operators, and this gateway's own report."""
     total: dict[str, float] = {}
     count = 0
-    unmet = 0.0
-    for gateways, counts, wanting in sites.values():
+    for gateways, counts in sites.values():
         count += gateways
-        unmet += wanting
         for key, value in counts.items():
             total[key] = total.get(key, 0.0) + value
-    return GatewayLoad(total, count, dict(own), unmet, own_unmet)
+    return GatewayLoad(total, count, dict(own))

@@ -15,12 +15,7 @@ from random import Random
 from gridroute.core import ceiling as ceil
 from gridroute.core.accounting import OwnLoad
 from gridroute.core.candidate import Candidate, Health
-from gridroute.core.gateway_load import (
-    DEMAND_MARGIN,
-    DEMAND_MARGIN_FRACTION,
-    ExternalEstimate,
-    GatewayLoad,
-)
+from gridroute.core.gateway_load import ExternalEstimate, GatewayLoad
 from gridroute.core.liveness import Live, Liveness, first_seen, step
 from gridroute.core.sample import Sample
 from gridroute.core.settings import AvailabilitySettings
@@ -240,12 +235,6 @@ class GridState:
         # This gateway's part of the polled load that some gateway sent (module
         # gateway_load): load from outside the gateways neither herds nor shrinks a share.
         ours = polled_total - self.external
-        known = self._gateways
-        demand_share: float | None = None
-        if known is not None and known.gateways > 1 and known.unmet > 0:
-            # Some gateway's demand holds no slot: budgets follow demand (gateway_load).
-            demand = own_total + known.own_unmet
-            demand_share = min(demand / max(ours + known.unmet, 1.0), 1.0)
         if ours > 0:
             share = max(min(own_total / ours, 1.0), s.fair_share_floor)
         elif self._gateways is not None and self._gateways.gateways > 1:
@@ -257,20 +246,7 @@ class GridState:
             share = 1.0
         for index, (cand, tr, reading, new) in enumerate(pending):
             views.append(
-                self._view(
-                    cand,
-                    index,
-                    tr,
-                    reading,
-                    new,
-                    rounds,
-                    now,
-                    health,
-                    own,
-                    share,
-                    window_s,
-                    demand_share,
-                )
+                self._view(cand, index, tr, reading, new, rounds, now, health, own, share, window_s)
             )
         snap_views = tuple(views)
         self._latch(snap_views, now)
@@ -293,7 +269,6 @@ class GridState:
         own: OwnLoad | None,
         share: float,
         window_s: float,
-        demand_share: float | None = None,
     ) -> SiteView:
         s = self.settings
         hv = health.get(cand.key, Health.UNKNOWN)
@@ -372,16 +347,7 @@ class GridState:
             # ceiling, so its queued requests finishing do not read as room to refill.
             over = latest > room_ceiling
             held = room_ceiling * own_s / latest if over else float(own_s)
-            budget = held + free * share
-            if demand_share is not None and self._gateways is not None:
-                # Hold no more than this gateway's demand share of the room the gateways
-                # use here: one holding past its demand lets the slots it frees go to
-                # those holding less than theirs (module gateway_load).
-                reported = max(self._gateways.in_flight.get(cand.key, 0.0), float(own_s))
-                target = demand_share * min(reported + free, room_ceiling)
-                margin = max(DEMAND_MARGIN, DEMAND_MARGIN_FRACTION * target)
-                budget = min(budget, target + margin)
-            budget = self._whole(tr, budget, free, over, loaded_at)
+            budget = self._whole(tr, held + free * share, free, over, loaded_at)
         return SiteView(
             candidate=cand,
             index=index,

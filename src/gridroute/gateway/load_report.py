@@ -17,12 +17,7 @@ from dataclasses import replace
 
 from gridroute.core.gateway_load import GatewayLoad, combine
 from gridroute.gateway.current import CurrentGrid
-from gridroute.wire.gateway_report import (
-    GATEWAY_HEADER,
-    IN_FLIGHT_HEADER,
-    UNMET_HEADER,
-    render_in_flight,
-)
+from gridroute.wire.gateway_report import GATEWAY_HEADER, IN_FLIGHT_HEADER, render_in_flight
 from gridroute.wire.signals import Decoded
 
 
@@ -46,8 +41,6 @@ class LoadReport:
         self.local_site = local_site
         self.window_s = window_s
         self.sent: dict[str, int] = {}
-        self.unmet_sent = 0
-        """This worker's unmet demand as last reported (`FairAdmission.unmet`)."""
         self.unscraped = False
         """A Prometheus reader with no metrics listener: no scrape carries its own
         count, so `load` adds it to the sums itself (else a lone other gateway would
@@ -55,19 +48,13 @@ class LoadReport:
 
     def take(self) -> dict[str, int]:
         """This worker's own in-flight now, remembered as what was sent (the NATS
-        transport publishes it itself; the mesh sends it as `headers`), with its unmet
-        demand (`unmet_sent`)."""
-        current = self._current()
-        self.sent = {k: v for k, v in current.own.counts.items() if v > 0}
-        self.unmet_sent = current.fairness.unmet(current.clock(), current.state.settings)
+        transport publishes it itself; the mesh sends it as `headers`)."""
+        self.sent = {k: v for k, v in self._current().own.counts.items() if v > 0}
         return self.sent
 
     def headers(self) -> dict[str, str]:
-        """The headers of the next poll: this worker's id, own in-flight and unmet now."""
-        out = {GATEWAY_HEADER: self.ident, IN_FLIGHT_HEADER: render_in_flight(self.take())}
-        if self.unmet_sent:
-            out[UNMET_HEADER] = str(self.unmet_sent)
-        return out
+        """The headers of the next poll: this worker's id and own in-flight now."""
+        return {GATEWAY_HEADER: self.ident, IN_FLIGHT_HEADER: render_in_flight(self.take())}
 
     def load(self, decoded: Decoded, now: float) -> GatewayLoad | None:
         """The gateways' load as this poll relayed it; None when the operator relays no
@@ -82,16 +69,11 @@ class LoadReport:
                 mine[key] = mine.get(key, 0.0) + value
             sums = {
                 **sums,
-                self.local_site: replace(
-                    local,
-                    gateways=local.gateways + 1,
-                    in_flight=mine,
-                    unmet=local.unmet + self.unmet_sent,
-                ),
+                self.local_site: replace(local, gateways=local.gateways + 1, in_flight=mine),
             }
         sites = {
-            site: (s.gateways, s.in_flight, s.unmet)
+            site: (s.gateways, s.in_flight)
             for site, s in sums.items()
             if now - s.at <= self.window_s
         }
-        return combine(sites, self.sent, self.unmet_sent)
+        return combine(sites, self.sent)

@@ -22,7 +22,6 @@ from prometheus_client.registry import Collector
 from gridroute.core import Decision, Health, Path
 from gridroute.gateway.backends import Backends
 from gridroute.gateway.current import CurrentGrid
-from gridroute.wire.promquery import GATEWAY_UNMET
 
 NAN = math.nan
 ADDED_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -109,13 +108,6 @@ class GridCollector(Collector):
             )
             shed.add_metric([model], 1.0 if now_shed else 0.0)
         yield shed
-        unmet = GaugeMetricFamily(
-            GATEWAY_UNMET,
-            "Demand of this gateway that holds no slot: requests waiting for room past "
-            "capacity, and refused clients coming back (what fair budgets follow).",
-        )
-        unmet.add_metric([], float(current.fairness.unmet(current.clock(), snap.settings)))
-        yield unmet
 
 
 class EjectionCollector(Collector):

@@ -183,10 +183,10 @@ class Gateway:
         prom = self.cfg.signals.prometheus
         report = None
         if nats is not None:
-            report = mine = self._load_report()
+            report = self._load_report()
             own = None
             if self.cfg.local_site is not None:  # reports name the gateway's site
-                own = OwnReport(self.cfg.local_site, mine.ident, mine.take, lambda: mine.unmet_sent)
+                own = OwnReport(self.cfg.local_site, report.ident, report.take)
             source = NatsSignalsSource(
                 nats, metrics=self.poll_metrics, limits=LOCAL_LIMITS, reporter=own
             )

@@ -23,13 +23,12 @@ class GatewayReports:
     def __init__(self, site: str, window_s: float = 5.0) -> None:
         self.site = site
         self.window_s = window_s
-        self._reports: dict[str, tuple[float, dict[str, int], int]] = {}
+        self._reports: dict[str, tuple[float, dict[str, int]]] = {}
         self._peers: dict[str, GatewaySums] = {}
 
-    def record(self, gateway: str, counts: Mapping[str, int], now: float, unmet: int = 0) -> None:
-        """The newest report of `gateway` (a gateway worker's id): its in-flight per
-        candidate and its demand that holds no slot."""
-        self._reports[gateway] = (now, dict(counts), unmet)
+    def record(self, gateway: str, counts: Mapping[str, int], now: float) -> None:
+        """The newest report of `gateway` (a gateway worker's id)."""
+        self._reports[gateway] = (now, dict(counts))
         if len(self._reports) > MAX_GATEWAYS:
             stalest = min(self._reports, key=lambda g: self._reports[g][0])
             del self._reports[stalest]
@@ -43,16 +42,13 @@ class GatewayReports:
 
     def own(self, now: float) -> GatewaySums:
         """This site's gateways' fresh reports, summed per candidate."""
-        stale = [g for g, (at, _, _) in self._reports.items() if now - at > self.window_s]
-        for gateway in stale:
+        for gateway in [g for g, (at, _) in self._reports.items() if now - at > self.window_s]:
             del self._reports[gateway]
         total: dict[str, float] = {}
-        unmet = 0
-        for _, counts, wanting in self._reports.values():
-            unmet += wanting
+        for _, counts in self._reports.values():
             for key, value in counts.items():
                 total[key] = total.get(key, 0.0) + value
-        return GatewaySums(now, len(self._reports), total, float(unmet))
+        return GatewaySums(now, len(self._reports), total)
 
     def rows(self, now: float, *, own_only: bool = False) -> dict[str, GatewaySums]:
         """Reporting site -> sums to serve: this site's, and (unless `own_only`) each

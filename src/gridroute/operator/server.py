@@ -22,9 +22,7 @@ from gridroute.operator.capacity import register as register_capacity
 from gridroute.wire.gateway_report import (
     GATEWAY_HEADER,
     IN_FLIGHT_HEADER,
-    UNMET_HEADER,
     parse_in_flight,
-    parse_unmet,
     valid_gateway_id,
 )
 from gridroute.wire.signals import CONTENT_TYPE, CURSOR_HEADER, TIME_HEADER
@@ -44,10 +42,9 @@ async def signals(request: web.Request) -> web.Response:
     report = request.headers.get(IN_FLIGHT_HEADER)
     if report is not None and valid_gateway_id(gateway):
         counts = parse_in_flight(report)
-        unmet = parse_unmet(request.headers.get(UNMET_HEADER))
-        if counts is not None and unmet is not None:
+        if counts is not None:
             assert gateway is not None
-            op.gateway_reports.record(gateway, counts, now, unmet)
+            op.gateway_reports.record(gateway, counts, now)
     gateways = op.gateway_reports.rows(now, own_only=own_only)
     after = op.store.rows_after(request.query.get("since")) if own_only else None
     if after is not None:

@@ -4,11 +4,11 @@ On the mesh a gateway's report rides on its poll of the local operator, and oper
 relay per-site sums (`operator/gateway_reports.py`). A gateway on NATS polls no
 operator, so it speaks for itself: once per read it publishes its own per-candidate
 in-flight on `<gateway prefix>.<site>.<gateway id>` (the body is the `x-grid-in-flight`
-header's text and its unmet demand, `wire/gateway_report.render_report`), and it
-subscribes to `<gateway prefix>.>` and sums the other gateways' newest reports itself.
-Identity is the server's to enforce, as for the operators' rows: a site's gateway user
-may publish only under `<gateway prefix>.<site>.*` (`grid/nats_server.py`), so no
-gateway speaks for another site's gateways.
+header's text, `wire/gateway_report.py`), and it subscribes to `<gateway prefix>.>`
+and sums the other gateways' newest reports itself. Identity is the server's to
+enforce, as for the operators' rows: a site's gateway user may publish only under
+`<gateway prefix>.<site>.*` (`grid/nats_server.py`), so no gateway speaks for another
+site's gateways.
 
 A report is kept for `window_s` after it arrived (the reader's clock, so a skewed
 gateway clock changes nothing): a gateway that stops reporting ages out of the sum
@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gridroute.wire.gateway_report import MAX_HEADER_BYTES, parse_report, valid_gateway_id
+from gridroute.wire.gateway_report import MAX_HEADER_BYTES, parse_in_flight, valid_gateway_id
 from gridroute.wire.signals import NAME_RE, GatewaySums
 
 MAX_REPORTS = 4096
@@ -32,7 +32,6 @@ MAX_REPORTS = 4096
 class _Report:
     at: float
     counts: Mapping[str, int]
-    unmet: int = 0
 
 
 class GatewayReportBoard:
@@ -60,17 +59,15 @@ class GatewayReportBoard:
             self.dropped["too_large"] += 1
             return False
         try:
-            report = parse_report(data.decode("ascii"))
+            counts = parse_in_flight(data.decode("ascii"))
         except UnicodeDecodeError:
-            report = None
-        if report is None:
+            counts = None
+        if counts is None:
             self.dropped["undecodable"] += 1
             return False
-        return self.record(site, gateway, report[0], now, report[1])
+        return self.record(site, gateway, counts, now)
 
-    def record(
-        self, site: str, gateway: str, counts: Mapping[str, int], now: float, unmet: int = 0
-    ) -> bool:
+    def record(self, site: str, gateway: str, counts: Mapping[str, int], now: float) -> bool:
         """The newest report of `gateway` at `site` (this gateway's own, or a message's)."""
         key = (site, gateway)
         if key not in self._reports and len(self._reports) >= MAX_REPORTS:
@@ -78,7 +75,7 @@ class GatewayReportBoard:
             if len(self._reports) >= MAX_REPORTS:
                 self.dropped["cap"] += 1
                 return False
-        self._reports[key] = _Report(now, dict(counts), unmet)
+        self._reports[key] = _Report(now, dict(counts))
         return True
 
     def _age(self, now: float) -> None:
@@ -89,13 +86,13 @@ class GatewayReportBoard:
         """Reporting site -> its fresh gateways' summed in-flight, as the mesh relays it
         (`at` is the site's newest report)."""
         self._age(now)
-        out: dict[str, tuple[float, int, dict[str, float], float]] = {}
+        out: dict[str, tuple[float, int, dict[str, float]]] = {}
         for (site, _), report in self._reports.items():
-            at, gateways, total, unmet = out.get(site, (report.at, 0, {}, 0.0))
+            at, gateways, total = out.get(site, (report.at, 0, {}))
             for key, value in report.counts.items():
                 total[key] = total.get(key, 0.0) + value
-            out[site] = (max(at, report.at), gateways + 1, total, unmet + report.unmet)
-        return {site: GatewaySums(*entry) for site, entry in out.items()}
+            out[site] = (max(at, report.at), gateways + 1, total)
+        return {site: GatewaySums(at, n, total) for site, (at, n, total) in out.items()}
 
     def take_dropped(self) -> dict[str, int]:
         dropped = dict(self.dropped)

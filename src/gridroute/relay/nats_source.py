@@ -47,7 +47,7 @@ from gridroute.relay.poller import (
     log_change,
     steady_offset,
 )
-from gridroute.wire.gateway_report import render_report
+from gridroute.wire.gateway_report import render_in_flight
 from gridroute.wire.signals import (
     NAME_RE,
     READ_LIMIT_BYTES,
@@ -74,8 +74,6 @@ class OwnReport:
     site: str
     gateway: str
     take: Callable[[], Mapping[str, int]]
-    unmet: Callable[[], int] = lambda: 0
-    """Its unmet demand as of the last `take` (`FairAdmission.unmet`)."""
 
 
 class NatsSignalsSource:
@@ -169,11 +167,10 @@ class NatsSignalsSource:
         if rep is None:
             return
         counts = dict(rep.take())
-        unmet = rep.unmet()
         await nc.publish(
-            self.reports.subject(rep.site, rep.gateway), render_report(counts, unmet).encode()
+            self.reports.subject(rep.site, rep.gateway), render_in_flight(counts).encode()
         )
-        self.reports.record(rep.site, rep.gateway, counts, self._clock(), unmet)
+        self.reports.record(rep.site, rep.gateway, counts, self._clock())
 
     def ingest(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         """Fold one message into the store (synchronous: the pure part of a message)."""

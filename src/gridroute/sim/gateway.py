@@ -109,9 +109,8 @@ class SimGateway:
         gateways = None
         if report:
             mine = {k: v for k, v in self.own.counts.items() if v}
-            unmet = self.fairness.unmet(now, self.state.settings)
-            operator.report(self.index, mine, now, unmet)
-            gateways = combine(operator.gateway_sums(now), mine, unmet)
+            operator.report(self.index, mine, now)
+            gateways = combine(operator.gateway_sums(now), mine)
         rows = operator.rows()
         rounds = dict(operator.rounds)
         skew = operator.skew_s

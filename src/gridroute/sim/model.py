@@ -182,9 +182,8 @@ class Network:
             self.cut.pop(site, None)
 
 
-GatewaySums = tuple[int, dict[str, float], float]
-"""One site's gateway reports summed: (gateways reporting, candidate key -> in-flight,
-unmet demand)."""
+GatewaySums = tuple[int, dict[str, float]]
+"""One site's gateway reports summed: (gateways reporting, candidate key -> in-flight)."""
 
 
 class SimOperator:
@@ -242,7 +241,7 @@ class SimOperator:
         self.stale_s = stale_s
         self.report_window_s = report_window_s
         self.last_ok_at: float | None = None
-        self.gateway_reports: dict[int, tuple[float, dict[str, int], int]] = {}
+        self.gateway_reports: dict[int, tuple[float, dict[str, int]]] = {}
         self.peer_gateways: dict[str, tuple[float, GatewaySums]] = {}
 
     def clock(self, t: float) -> float:
@@ -314,25 +313,22 @@ class SimOperator:
 
     # -- gateway reports ------------------------------------------------------------
 
-    def report(self, gateway: int, counts: Mapping[str, int], at: float, unmet: int = 0) -> None:
-        """A local gateway's own in-flight per candidate and its unmet demand, sent with
-        its poll."""
-        self.gateway_reports[gateway] = (at, dict(counts), unmet)
+    def report(self, gateway: int, counts: Mapping[str, int], at: float) -> None:
+        """A local gateway's own in-flight per candidate, sent with its poll."""
+        self.gateway_reports[gateway] = (at, dict(counts))
 
     def own_gateway_sums(self, at: float) -> GatewaySums:
         """This site's gateways' reports within the window, summed per candidate."""
         sums: dict[str, float] = {}
         n = 0
-        unmet = 0.0
-        for seen, counts, wanting in self.gateway_reports.values():
+        for seen, counts in self.gateway_reports.values():
             if at - seen > self.report_window_s:
                 continue
             n += 1
-            unmet += wanting
             for key, value in counts.items():
                 if value:
                     sums[key] = sums.get(key, 0.0) + value
-        return n, sums, unmet
+        return n, sums
 
     def gateway_sums(self, at: float) -> dict[str, GatewaySums]:
         """What it serves to its gateways: its own site's sums and each peer's, as of the

@@ -5,10 +5,6 @@ TLS when configured), so reporting adds no call and nothing to the request path:
 
     x-grid-gateway: gw-7f3a
     x-grid-in-flight: hub/pool-a=12,west/pool-a=3
-    x-grid-unmet: 40
-
-`x-grid-unmet` is the gateway's demand that holds no slot (requests waiting for room,
-refused clients coming back: `core.fairness.FairAdmission.unmet`); absent means 0.
 
 Bounded both ways: at most `MAX_ENTRIES` candidates (the largest counts, when a gateway
 has more), counts are integers up to `sample.MAX_COUNT`, names match `NAME_PATTERN`.
@@ -26,7 +22,6 @@ from gridroute.wire.signals import NAME_PATTERN
 GATEWAY_HEADER = "x-grid-gateway"
 """The reporting gateway's id: one per gateway worker, steady for its life."""
 IN_FLIGHT_HEADER = "x-grid-in-flight"
-UNMET_HEADER = "x-grid-unmet"
 MAX_ENTRIES = 64
 """Candidates per report (the same bound as providers per site in a relay)."""
 MAX_HEADER_BYTES = 8192
@@ -57,36 +52,6 @@ def parse_in_flight(text: str) -> dict[str, int] | None:
             return None
         out[f"{m[1]}/{m[2]}"] = value
     return out
-
-
-def parse_unmet(text: str | None) -> int | None:
-    """The unmet count of a header value: 0 when absent, None when malformed."""
-    if text is None:
-        return 0
-    text = text.strip()
-    if not text.isdigit() or len(text) > 7 or int(text) > MAX_COUNT:
-        return None
-    return int(text)
-
-
-def render_report(counts: Mapping[str, int], unmet: int) -> str:
-    """A whole report as one text (NATS message bodies): the in-flight header's value,
-    then `\nunmet=N` when the gateway has unmet demand."""
-    text = render_in_flight(counts)
-    return f"{text}\nunmet={unmet}" if unmet > 0 else text
-
-
-def parse_report(text: str) -> tuple[dict[str, int], int] | None:
-    """(counts, unmet) of a `render_report` text, or None when any part is malformed."""
-    flight, sep, rest = text.partition("\n")
-    counts = parse_in_flight(flight)
-    if counts is None:
-        return None
-    if not sep:
-        return counts, 0
-    name, eq, value = rest.partition("=")
-    unmet = parse_unmet(value) if name == "unmet" and eq else None
-    return None if unmet is None else (counts, unmet)
 
 
 def valid_gateway_id(value: str | None) -> bool:

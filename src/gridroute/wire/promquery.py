@@ -102,22 +102,12 @@ def build_queries(
     return PromQueries(
         samples=f'{{__name__=~"{names}", {site_match}{extra}}}[{window}]',
         rounds=f"max by ({SITE_LABEL}) (timestamp(up{{{site_match}{extra}}}))",
-        gateways=None if gateway_selector is None else _gateway_query(gateway_selector),
+        gateways=None if gateway_selector is None else f"{GATEWAY_IN_FLIGHT}{{{gateway_selector}}}",
     )
 
 
 GATEWAY_IN_FLIGHT = "grid_route_site_in_flight"
 """The gauge of a gateway's own requests in flight per candidate (`gateway/metrics.py`)."""
-GATEWAY_UNMET = "grid_route_unmet"
-"""The gauge of a gateway's demand that holds no slot (`FairAdmission.unmet`)."""
-
-
-def _gateway_query(selector: str) -> str:
-    """Both gateway gauges the fair share reads, from the gateways' scrape."""
-    names = f'__name__=~"{GATEWAY_IN_FLIGHT}|{GATEWAY_UNMET}"'
-    return f"{{{names}, {selector}}}" if selector.strip() else f"{{{names}}}"
-
-
 GATEWAY_KEY_LABELS = ("job", "instance")
 """What tells one scraped gateway from another."""
 
@@ -136,18 +126,13 @@ def decode_gateway_load(
         raise PromTooLarge(f"{len(result)} series over the limit of {max_series}")
     gateways: set[tuple[str, ...]] = set()
     total: dict[str, float] = {}
-    unmet = 0.0
     for row in result:
         metric = row.get("metric") if isinstance(row, dict) else None
         value = row.get("value") if isinstance(row, dict) else None
         if not isinstance(metric, dict) or not isinstance(value, list) or len(value) != 2:
             continue
-        count = _number(value[1])
-        if metric.get("__name__") == GATEWAY_UNMET:
-            if count is not None and count > 0:
-                unmet += min(count, float(MAX_COUNT))
-            continue
         site, cluster = metric.get("site"), metric.get("cluster")
+        count = _number(value[1])
         if not isinstance(site, str) or not isinstance(cluster, str) or count is None:
             continue  # NaN: a row the gateway no longer has
         if not NAME_RE.fullmatch(site) or not NAME_RE.fullmatch(cluster) or count < 0:
@@ -157,7 +142,7 @@ def decode_gateway_load(
         total[key] = total.get(key, 0.0) + min(count, float(MAX_COUNT))
     if not gateways:
         return {}
-    return {local_site: GatewaySums(now, len(gateways), total, unmet)}
+    return {local_site: GatewaySums(now, len(gateways), total)}
 
 
 def _data(answer: Any, kind: str) -> list[Any]:

@@ -74,9 +74,6 @@ CURSOR_HEADER = "X-Grid-Cursor"
 ROUND_END = "grid_signals_poll_round_end_timestamp_seconds"
 GATEWAY_IN_FLIGHT = "grid_gateway_in_flight"
 GATEWAYS_REPORTING = "grid_gateways_reporting"
-GATEWAY_UNMET = "grid_gateway_unmet"
-"""A site's gateways' summed demand that holds no slot (requests waiting for room and
-refused clients coming back); written only when above 0."""
 GATEWAY_MAX_TARGETS = 64
 """Target candidates relayed per site's gateway sums (the largest counts)."""
 
@@ -167,8 +164,6 @@ class GatewaySums:
     """Gateways whose reports are summed (0: the site's operator heard from none)."""
     in_flight: Mapping[str, float] = field(default_factory=dict)
     """Target candidate key (`site/provider`) -> summed in-flight."""
-    unmet: float = 0.0
-    """Summed demand that holds no slot (`core.fairness.FairAdmission.unmet`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +255,9 @@ def encode_relay(
         f'{ROUND_END}{{grid_site="{site}"}} {t:.3f} {round(t * 1000)}\n'.encode()
         for site, t in sorted(round_ends.items())
     ]
-    reporting, gateway_in_flight, unmet = _gateway_rows(gateways or {})
-    header_cost = 64 * (len(FIELDS) + 4)
-    used = header_cost + sum(len(e) for e in (*ends, *reporting, *gateway_in_flight, *unmet))
+    reporting, gateway_in_flight = _gateway_rows(gateways or {})
+    header_cost = 64 * (len(FIELDS) + 3)
+    used = header_cost + sum(len(e) for e in (*ends, *reporting, *gateway_in_flight))
     kept: list[list[bytes]] = [[] for _ in FIELDS]
     cut: Counter[tuple[Store, Cut]] = Counter()
     admitted: set[str] | None = None  # None while every newest sample fits
@@ -300,12 +295,7 @@ def encode_relay(
         parts.append(f"# TYPE {ROUND_END} gauge\n".encode())
         parts.extend(ends)
         rows += len(ends)
-    families = (
-        (GATEWAYS_REPORTING, reporting),
-        (GATEWAY_IN_FLIGHT, gateway_in_flight),
-        (GATEWAY_UNMET, unmet),
-    )
-    for name, lines in families:
+    for name, lines in ((GATEWAYS_REPORTING, reporting), (GATEWAY_IN_FLIGHT, gateway_in_flight)):
         if lines:
             parts.append(f"# TYPE {name} gauge\n".encode())
             parts.extend(lines)
@@ -313,21 +303,15 @@ def encode_relay(
     return Encoded(body=b"".join(parts), rows=rows, cut=dict(cut))
 
 
-def _gateway_rows(
-    gateways: Mapping[str, GatewaySums],
-) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    """(gateways-reporting rows, in-flight rows, unmet rows), each one metric family."""
+def _gateway_rows(gateways: Mapping[str, GatewaySums]) -> tuple[list[bytes], list[bytes]]:
+    """(gateways-reporting rows, in-flight rows), each grouped as one metric family."""
     reporting: list[bytes] = []
     out: list[bytes] = []
-    unmet: list[bytes] = []
     for site, sums in sorted(gateways.items()):
         stamp = round(sums.at * 1000)
         reporting.append(
             f'{GATEWAYS_REPORTING}{{grid_site="{site}"}} {sums.gateways} {stamp}\n'.encode()
         )
-        if sums.unmet > 0 and math.isfinite(sums.unmet):
-            wanting = _number(float(sums.unmet))
-            unmet.append(f'{GATEWAY_UNMET}{{grid_site="{site}"}} {wanting} {stamp}\n'.encode())
         targets = sorted(sums.in_flight.items(), key=lambda kv: (-kv[1], kv[0]))
         for key, value in targets[:GATEWAY_MAX_TARGETS]:
             tsite, _, tprov = key.partition("/")
@@ -337,7 +321,7 @@ def _gateway_rows(
             out.append(
                 f"{GATEWAY_IN_FLIGHT}{{{labels}}} {_number(float(value))} {stamp}\n".encode()
             )
-    return reporting, out, unmet
+    return reporting, out
 
 
 # --- decoding -----------------------------------------------------------------------
@@ -417,7 +401,6 @@ def decode_relay(
     round_ends: dict[str, float] = {}
     gw_counts: dict[str, tuple[int, float]] = {}
     gw_targets: dict[str, dict[str, float]] = {}
-    gw_unmet: dict[str, float] = {}
     newest_ok_ms = (date + SKEW_AHEAD_S) * 1000.0
     oldest_ok_ms = (date - SKEW_BEHIND_S) * 1000.0
     match_row = _ROW.fullmatch
@@ -438,7 +421,7 @@ def decode_relay(
         parsed += 1
         metric, site, provider = m["metric"], m["site"], m["provider"]
         attr = _BY_NAME.get(metric)
-        gateway_row = metric in (GATEWAY_IN_FLIGHT, GATEWAYS_REPORTING, GATEWAY_UNMET)
+        gateway_row = metric in (GATEWAY_IN_FLIGHT, GATEWAYS_REPORTING)
         if attr is None and metric != ROUND_END and not gateway_row:
             continue  # a newer operator's series: ignored, not an error
         try:
@@ -467,13 +450,6 @@ def decode_relay(
                 dropped[DropReason.PARSE] += 1
                 continue
             gw_counts[site] = (int(value), stamp / 1000.0 + offset)
-            continue
-        if metric == GATEWAY_UNMET:
-            count = plausible(value)
-            if count is None:
-                dropped[DropReason.PARSE] += 1
-            else:
-                gw_unmet[site] = count
             continue
         if metric == GATEWAY_IN_FLIGHT:
             targets = gw_targets.setdefault(site, {})
@@ -514,8 +490,7 @@ def decode_relay(
         received.append(Received(stamp_ms=stamp, sample=sample))
     received.sort(key=lambda r: (r.sample.site, r.sample.provider, r.stamp_ms))
     gateways = {
-        site: GatewaySums(at, n, gw_targets.get(site, {}), gw_unmet.get(site, 0.0))
-        for site, (n, at) in gw_counts.items()
+        site: GatewaySums(at, n, gw_targets.get(site, {})) for site, (n, at) in gw_counts.items()
     }
     return Decoded(
         received=tuple(received),
