@@ -181,8 +181,9 @@ def test_contention_lasts_as_long_as_a_refused_client_may_stay_away() -> None:
     assert not fair.contended("other-model", 10.0, S)
     ticket = fair.join("m", "k", 30.0)  # a waiter: contended while it waits
     assert fair.contended("m", 100.0, S)
-    fair.leave("m", ticket)
-    assert not fair.contended("m", 100.0, S)
+    fair.leave("m", ticket, 100.0)  # and from the end of its wait, however long
+    assert fair.contended("m", 100.0 + S.retry_after_max_s, S)
+    assert not fair.contended("m", 100.5 + S.retry_after_max_s, S)
 
 
 def _shed():  # type: ignore[no-untyped-def]

@@ -240,11 +240,14 @@ class FairAdmission:
         self._version += 1
         return self._seq
 
-    def leave(self, model: str, ticket: int) -> None:
-        """The waiter is done waiting (admitted, refused, or its client went away)."""
+    def leave(self, model: str, ticket: int, now: float | None = None) -> None:
+        """The waiter is done waiting (admitted, refused, or its client went away); `now`:
+        when, so that the model counts as contended from the end of the wait."""
         waiters = self._waiting.get(model)
         if waiters is not None and waiters.pop(ticket, None) is not None:
             self._version += 1
+            if now is not None:
+                self._pressed[model] = max(self._pressed.get(model, now), now)
             if not waiters:
                 del self._waiting[model]
 

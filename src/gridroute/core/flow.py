@@ -294,7 +294,7 @@ def request_flow(
                     d = fair.gate(d, model, who, ticket, now, snap.settings, woke)
         finally:
             if fair is not None:
-                fair.leave(model, ticket)
+                fair.leave(model, ticket, clock())
     if fair is not None:
         d = fair.settle(d, model, who, now, snap.settings, grid.rng)
     tried = NO_KEYS
