@@ -35,6 +35,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gridroute.relay.bounded_body import BodyTooLarge, read_bounded
 from gridroute.relay.tls_resumption import ResumingContext
 from gridroute.tls import TLSFiles, load_context
 from gridroute.wire.signals import (
@@ -368,22 +369,14 @@ class SignalsClient:
                 raise _Refused(PollResult.NO_DATE, "no parsable Date header")
             received_at = self._clock()
             responder_now = _refine(date, resp.headers.get(TIME_HEADER))
-            limit = self.limits.read_limit_bytes
-            if resp.content_length is not None and resp.content_length > limit:
-                raise _Refused(
-                    PollResult.TOO_LARGE, f"Content-Length {resp.content_length} over {limit}"
-                )
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in resp.content.iter_chunked(64 * 1024):
-                size += len(chunk)
-                if size > limit:
-                    raise _Refused(PollResult.TOO_LARGE, f"body over {limit} bytes")
-                chunks.append(chunk)
+            try:
+                body = await read_bounded(resp, self.limits.read_limit_bytes)
+            except BodyTooLarge as exc:
+                raise _Refused(PollResult.TOO_LARGE, str(exc)) from None
         offset = self._steady_offset(received_at - responder_now)
         try:
             decoded = decode_relay(
-                b"".join(chunks),
+                body,
                 date=date,
                 offset=offset,
                 expected_site=self.expected_site,
@@ -396,7 +389,7 @@ class SignalsClient:
             raise _Refused(PollResult.UNDECODABLE, str(exc)) from exc
         if self.delta:
             self.cursor = next_cursor
-        return decoded, size
+        return decoded, len(body)
 
     def _url_with(self, cursor: str) -> str:
         if not self.delta:

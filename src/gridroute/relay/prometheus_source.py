@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 
+from gridroute.relay.bounded_body import BodyTooLarge, read_bounded
 from gridroute.relay.poller import PollMetrics, PollOutcome, PollResult, log_change
 from gridroute.relay.prometheus_link import PrometheusLink, PrometheusTLS
 from gridroute.wire.promquery import (
@@ -157,18 +158,13 @@ class PrometheusSource:
         async with self._session_now().get(url, params={"query": expr}) as resp:
             if resp.status in (401, 403):
                 raise _Refused(PollResult.UNAUTHORIZED, f"HTTP {resp.status}")
-            if resp.content_length is not None and resp.content_length > limit:
-                raise _Refused(PollResult.TOO_LARGE, f"Content-Length over {limit}")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in resp.content.iter_chunked(64 * 1024):
-                size += len(chunk)
-                if size > limit:
-                    raise _Refused(PollResult.TOO_LARGE, f"answer over {limit} bytes")
-                chunks.append(chunk)
+            try:
+                body = await read_bounded(resp, limit)
+            except BodyTooLarge as exc:
+                raise _Refused(PollResult.TOO_LARGE, str(exc)) from None
             if resp.status != 200:
-                raise _Refused(PollResult.UNREACHABLE, f"HTTP {resp.status}: {_error(chunks)}")
-        return json.loads(b"".join(chunks)), size
+                raise _Refused(PollResult.UNREACHABLE, f"HTTP {resp.status}: {_error(body)}")
+        return json.loads(body), len(body)
 
     def _record(self, outcome: PollOutcome) -> None:
         self._metrics.count(outcome)
@@ -176,10 +172,10 @@ class PrometheusSource:
         self.failing = log_change(log, self.failing, outcome, "signals read from prometheus")
 
 
-def _error(chunks: list[bytes]) -> str:
+def _error(raw: bytes) -> str:
     """The API's own error text, when the body says one (bounded for the log)."""
     try:
-        body = json.loads(b"".join(chunks))
+        body = json.loads(raw)
     except ValueError:
         return "no JSON body"
     return str(body.get("error", "no error field"))[:200] if isinstance(body, dict) else "?"
