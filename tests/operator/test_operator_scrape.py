@@ -165,3 +165,26 @@ def test_provider_without_metrics_config_publishes_no_load() -> None:
 
     asyncio.run(main())
     assert not scraper.measured and scraper.condition is None
+
+
+def test_a_page_past_the_size_bound_is_a_failed_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A metrics page larger than the scraper holds is refused whole (`too_large`), and
+    the last good reading's readiness is republished while it is not stale."""
+    registry = CollectorRegistry()
+    clock = Clock()
+
+    async def main() -> None:
+        async with MetricsServer(vllm_page(3, 1)) as server, aiohttp.ClientSession() as http:
+            scraper = ProviderScraper(
+                "west", provider(server.port), metrics=OperatorMetrics(registry), clock=clock
+            )
+            assert await scraper.scrape(http, 1.0) is not None
+            monkeypatch.setattr("gridroute.operator.scrape.MAX_EXPOSITION_BYTES", 64)
+            clock.now += 1
+            stale = await scraper.scrape(http, 1.0)
+            assert stale is not None and stale.running is None
+            cond = scraper.condition
+            assert cond is not None and not cond.status and "too_large" in cond.message
+
+    asyncio.run(main())
+    assert scrapes(registry, "too_large") == 1

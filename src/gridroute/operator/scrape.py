@@ -20,6 +20,7 @@ import aiohttp
 from gridroute.core.sample import Sample
 from gridroute.operator.config import MetricsTLS, ProviderConfig, metrics_files
 from gridroute.operator.metrics import OperatorMetrics
+from gridroute.relay.bounded_body import BodyTooLarge, read_bounded
 from gridroute.tls import load_context
 from gridroute.wire.prometheus import MAX_EXPOSITION_BYTES, ExpositionError, parse_exposition
 
@@ -141,17 +142,14 @@ class ProviderScraper:
             ) as resp:
                 if resp.status != 200:
                     raise ScrapeFailed("http_error", f"HTTP {resp.status} from {mc.endpoint}")
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in resp.content.iter_chunked(256 * 1024):
-                    size += len(chunk)
-                    if size > MAX_EXPOSITION_BYTES:
-                        raise ScrapeFailed("too_large", f"page over {MAX_EXPOSITION_BYTES} bytes")
-                    chunks.append(chunk)
+                try:
+                    page = await read_bounded(resp, MAX_EXPOSITION_BYTES)
+                except BodyTooLarge as exc:
+                    raise ScrapeFailed("too_large", str(exc)) from None
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             detail = str(exc) or "timed out"
             raise ScrapeFailed("unreachable", f"{type(exc).__name__}: {detail}") from exc
-        return b"".join(chunks).decode("utf-8", "replace")
+        return page.decode("utf-8", "replace")
 
     def _failed(self, reason: str, message: str) -> Sample | None:
         name = self.provider.name

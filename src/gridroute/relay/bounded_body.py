@@ -1,9 +1,10 @@
-"""Read a response body no larger than a limit, for every signals reader.
+"""Read a response body no larger than a limit, for every reader of signals.
 
-Why: a peer operator or a Prometheus server that answers with more than the reader is
-willing to hold (a bug, a misconfigured proxy, or a lying peer) must cost at most the
-limit in memory; the body is refused whole, never half-read. Both the mesh poller and
-the Prometheus reader read this way, so the rule lives once.
+Why: a peer operator, a Prometheus server or a model server's metrics page that answers
+with more than the reader is willing to hold (a bug, a misconfigured proxy, or a lying
+peer) must cost at most the limit in memory; the body is refused whole, never half-read.
+The mesh poller, the Prometheus reader and the operator's scrape read this way, so the
+rule lives once.
 """
 
 from __future__ import annotations
