@@ -52,6 +52,30 @@ def _served_at(tally: Tally, site: str, start: float, end: float) -> int:
     return sum(1 for t, s in tally.served_at if s == site and start < t < end)
 
 
+def peered_through(
+    tmp_path: Path,
+    link: ProxyLink,
+    op_b_env: dict[str, str] | None = None,
+    gw_env: dict[str, str] | None = None,
+) -> tuple[Process, Process, Process, Process, Process]:
+    """Sites a and b on loopback, operator a polling operator b through `link`, and a
+    gateway at a polling operator a every 0.25 s: (a, b, op_a, op_b, gateway)."""
+    from tests.gateway.processes import free_port
+
+    lo = Loopback()
+    a, url_a = fake_site(lo, "a")
+    b, url_b = fake_site(lo, "b")
+    op_b = operator(tmp_path, "b", url_b, {}, env=op_b_env)
+    op_a = operator(tmp_path, "a", url_a, {"b": link.target(op_b.port)}, free_port())
+    gw = gateway(
+        tmp_path,
+        {"a": url_a, "b": url_b},
+        env=gw_env,
+        operator={"url": op_a.url, "poll_interval_s": 0.25, "timeout_s": 0.2},
+    )
+    return a, b, op_a, op_b, gw
+
+
 async def metric(url: str, name: str, **labels: str) -> float:
     """One sample of a process's `/metrics` (0 when absent)."""
     async with aiohttp.ClientSession() as http, http.get(url + "/metrics") as r:
@@ -112,19 +136,8 @@ def test_lossy_peer_link_one_poll_through_does_not_bring_a_site_back(tmp_path: P
     50 ms: polls still arrive, b stays live and serves), then cut (b goes silent and
     gets nothing), then lets exactly one poll through (b must not come back on one
     sample), then heals (b is live again on fresh samples and serves)."""
-    from tests.gateway.processes import free_port
-
-    lo = Loopback()
     link = ProxyLink(6)
-    a, url_a = fake_site(lo, "a")
-    b, url_b = fake_site(lo, "b")
-    op_b = operator(tmp_path, "b", url_b, {})
-    op_a = operator(tmp_path, "a", url_a, {"b": link.target(op_b.port)}, free_port())
-    gw = gateway(
-        tmp_path,
-        {"a": url_a, "b": url_b},
-        operator={"url": op_a.url, "poll_interval_s": 0.25, "timeout_s": 0.2},
-    )
+    a, b, op_a, op_b, gw = peered_through(tmp_path, link)
     tally = Tally("lossy peer link: slow, cut, one poll through, healed")
 
     async def scenario() -> None:
@@ -178,25 +191,14 @@ def test_clock_skew_between_operators_and_the_gateway(tmp_path: Path) -> None:
     operator a's is right. Rows are re-based by each responder's Date, so no row is
     dropped as skew, b is judged live and serves; cut, b is judged silent (its future
     stamps do not keep it fresh) and gets nothing; healed, it is live and serves."""
-    from tests.gateway.processes import free_port
 
     ahead, behind = skewed(300), skewed(-180)
     if isinstance(ahead, str) or isinstance(behind, str):
         pytest.skip(
             f"no way to skew a process's clock: {ahead if isinstance(ahead, str) else behind}"
         )
-    lo = Loopback()
     link = ProxyLink(7)
-    a, url_a = fake_site(lo, "a")
-    b, url_b = fake_site(lo, "b")
-    op_b = operator(tmp_path, "b", url_b, {}, env=ahead)
-    op_a = operator(tmp_path, "a", url_a, {"b": link.target(op_b.port)}, free_port())
-    gw = gateway(
-        tmp_path,
-        {"a": url_a, "b": url_b},
-        env=behind,
-        operator={"url": op_a.url, "poll_interval_s": 0.25, "timeout_s": 0.2},
-    )
+    a, b, op_a, op_b, gw = peered_through(tmp_path, link, op_b_env=ahead, gw_env=behind)
     tally = Tally("clock skew: operator b +5 min, gateway -3 min, peer link cut and healed")
 
     async def scenario() -> None:
@@ -257,19 +259,8 @@ def test_peer_rows_ahead_of_its_date_are_dropped_as_skew(tmp_path: Path) -> None
     stamped after their responder's Date cannot be re-based, so a drops them as
     `skew` and counts them; b hears nothing usable, is judged silent and gets
     nothing while a serves; once the Date is right again b returns on fresh samples."""
-    from tests.gateway.processes import free_port
-
-    lo = Loopback()
     link = ProxyLink(8)
-    a, url_a = fake_site(lo, "a")
-    b, url_b = fake_site(lo, "b")
-    op_b = operator(tmp_path, "b", url_b, {})
-    op_a = operator(tmp_path, "a", url_a, {"b": link.target(op_b.port)}, free_port())
-    gw = gateway(
-        tmp_path,
-        {"a": url_a, "b": url_b},
-        operator={"url": op_a.url, "poll_interval_s": 0.25, "timeout_s": 0.2},
-    )
+    a, b, op_a, op_b, gw = peered_through(tmp_path, link)
     tally = Tally("clock skew: peer b's Date 5 min behind its rows")
     dropped: list[float] = []
 
