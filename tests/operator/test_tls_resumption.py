@@ -10,15 +10,33 @@ full handshake each time.
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from operator_fixtures import Certs, free_port, operator_config
 from prometheus_client import CollectorRegistry
 
 from gridroute.operator.service import Operator
 from gridroute.operator.tls import client_context
-from gridroute.relay.poller import PollMetrics, PollResult, SignalsClient
+from gridroute.relay.poller import PollMetrics, PollOutcome, PollResult, SignalsClient
 from gridroute.relay.tls_resumption import ResumingContext
 from gridroute.wire.identity import spiffe_id
+
+
+async def poll_as_west(port: int, metrics: PollMetrics, ctx: ssl.SSLContext) -> PollOutcome:
+    """One poll of the operator at `port`, expecting west, on a client of its own (so
+    its connection is new, and gone after the poll)."""
+    poller = SignalsClient(
+        "west",
+        f"https://127.0.0.1:{port}/signals?scope=own",
+        metrics=metrics,
+        ssl_context=ctx,
+        expected_identity=spiffe_id("gridroute.local", "west"),
+        expected_site="west",
+    )
+    try:
+        return await poller.poll()
+    finally:
+        await poller.close()
 
 
 def handshakes(registry: CollectorRegistry, kind: str) -> float:
@@ -38,19 +56,8 @@ def test_a_new_connection_resumes_the_peers_last_session(certs: Certs) -> None:
                 metrics = PollMetrics(registry)
                 ctx = client_context(certs.tls("hub"), resume=resume)
                 assert isinstance(ctx, ResumingContext) is resume
-                for _ in range(3):
-                    poller = SignalsClient(
-                        "west",
-                        f"https://127.0.0.1:{west.port}/signals?scope=own",
-                        metrics=metrics,
-                        ssl_context=ctx,
-                        expected_identity=spiffe_id("gridroute.local", "west"),
-                        expected_site="west",
-                    )
-                    try:
-                        outcome = await poller.poll()
-                    finally:
-                        await poller.close()  # the connection is gone: the next is new
+                for _ in range(3):  # each poll on a new connection
+                    outcome = await poll_as_west(west.port, metrics, ctx)
                     assert outcome.result is PollResult.OK, outcome.error
                 if resume:
                     assert (handshakes(registry, "full"), handshakes(registry, "resumed")) == (
@@ -80,33 +87,12 @@ def test_a_resumed_session_is_offered_only_to_its_own_peer(certs: Certs) -> None
         metrics = PollMetrics(CollectorRegistry())
         ctx = client_context(certs.tls("hub"), resume=True)
         try:
-            first = SignalsClient(
-                "west",
-                f"https://127.0.0.1:{west.port}/signals?scope=own",
-                metrics=metrics,
-                ssl_context=ctx,
-                expected_identity=spiffe_id("gridroute.local", "west"),
-                expected_site="west",
-            )
-            try:
-                assert (await first.poll()).result is PollResult.OK
-            finally:
-                await first.close()
+            assert (await poll_as_west(west.port, metrics, ctx)).result is PollResult.OK
             assert isinstance(ctx, ResumingContext) and ctx.session is not None
             # East's listener is another server: it cannot resume west's session, and
             # its certificate does not name west, so the poll is refused all the same.
-            impostor = SignalsClient(
-                "west",
-                f"https://127.0.0.1:{east.port}/signals?scope=own",
-                metrics=metrics,
-                ssl_context=ctx,
-                expected_identity=spiffe_id("gridroute.local", "west"),
-                expected_site="west",
-            )
-            try:
-                assert (await impostor.poll()).result is PollResult.BAD_IDENTITY
-            finally:
-                await impostor.close()
+            impostor = await poll_as_west(east.port, metrics, ctx)
+            assert impostor.result is PollResult.BAD_IDENTITY
         finally:
             await west.stop()
             await east.stop()
