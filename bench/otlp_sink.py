@@ -18,6 +18,8 @@ import sys
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from http_frames import take_request
+
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
 STATS = {"exports": 0, "spans": 0, "bytes": 0}
 
@@ -40,20 +42,9 @@ class Sink(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buf[:end].lower()
-            length = 0
-            i = head.find(b"content-length:")
-            if i >= 0:
-                j = head.find(b"\r\n", i)
-                length = int(head[i + 15 : j if j > 0 else None])
-            if len(self.buf) < end + 4 + length:
-                return
-            body = self.buf[end + 4 : end + 4 + length]
-            self.buf = self.buf[end + 4 + length :]
+        while (got := take_request(self.buf)) is not None:
+            raw, body, self.buf = got
+            head = raw.lower()
             if head.startswith(b"get /stats"):
                 out = json.dumps(STATS).encode()
                 self.t.write(

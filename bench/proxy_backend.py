@@ -17,6 +17,8 @@ import json
 import sys
 import time
 
+from http_frames import take_request
+
 BODY = json.dumps(
     {
         "id": "chatcmpl-bench",
@@ -62,21 +64,8 @@ class Backend(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buf[:end]
-            length = 0
-            i = head.lower().find(b"content-length:")
-            if i >= 0:
-                length = int(
-                    head[i + 15 : head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None]
-                )
-            total = end + 4 + length
-            if len(self.buf) < total:
-                return
-            self.buf = self.buf[total:]
+        while (got := take_request(self.buf)) is not None:
+            head, _, self.buf = got
             if head.startswith(b"GET /signals"):
                 self.t.write(signals_response())
             else:

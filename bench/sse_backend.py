@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from http_frames import take_request
 from proxy_backend import signals_response
 
 HEAD = (
@@ -89,20 +90,8 @@ class Backend(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buf[:end]
-            length = 0
-            i = head.lower().find(b"content-length:")
-            if i >= 0:
-                j = head.find(b"\r\n", i)
-                length = int(head[i + 15 : j if j > 0 else None])
-            total = end + 4 + length
-            if len(self.buf) < total:
-                return
-            self.buf = self.buf[total:]
+        while (got := take_request(self.buf)) is not None:
+            head, _, self.buf = got
             if head.startswith(b"GET /signals"):
                 self.t.write(signals_response())
             elif head.startswith(b"GET "):
