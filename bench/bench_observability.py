@@ -57,6 +57,7 @@ from bench_proxy import (
     drive,
     free_port,
     request_bytes,
+    run_for,
     start,
     stop,
     tree_cpu,
@@ -119,24 +120,14 @@ class PacedConn(Conn):
 
 async def paced(port: int, connections: int, rate: float, seconds: float) -> Stats:
     """`rate` requests/s in all over `connections`, for `seconds`."""
-    loop = asyncio.get_running_loop()
     stats = Stats()
     req = request_bytes(port)
     interval = connections / rate
-    conns = [
-        await loop.create_connection(
-            lambda i=i: PacedConn(req, stats, interval, interval * i / connections),
-            "127.0.0.1",
-            port,
-        )
+    protocols: list[Callable[[], asyncio.Protocol]] = [
+        lambda i=i: PacedConn(req, stats, interval, interval * i / connections)  # type: ignore[misc]
         for i in range(connections)
     ]
-    await asyncio.sleep(seconds)
-    stats.stop = True
-    await asyncio.sleep(0.2)
-    for transport, _ in conns:
-        transport.close()
-    return stats
+    return await run_for(port, protocols, stats, seconds)
 
 
 class Scraper:

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,22 +115,27 @@ class Stats:
     latencies: list[float] | None = None
 
 
-async def drive(
-    port: int, connections: int, seconds: float, latency: bool = False, body: bytes = BODY
+async def run_for(
+    port: int, protocols: list[Callable[[], asyncio.Protocol]], stats: Stats, seconds: float
 ) -> Stats:
+    """One connection to `port` per protocol factory, sending for `seconds`; then the
+    senders stop, in-flight answers get 0.2 s to land, and every connection closes."""
     loop = asyncio.get_running_loop()
-    stats = Stats(latencies=[] if latency else None)
-    req = request_bytes(port, body)
-    conns = [
-        await loop.create_connection(lambda: Conn(req, stats), "127.0.0.1", port)
-        for _ in range(connections)
-    ]
+    conns = [await loop.create_connection(make, "127.0.0.1", port) for make in protocols]
     await asyncio.sleep(seconds)
     stats.stop = True
     await asyncio.sleep(0.2)
     for transport, _ in conns:
         transport.close()
     return stats
+
+
+async def drive(
+    port: int, connections: int, seconds: float, latency: bool = False, body: bytes = BODY
+) -> Stats:
+    stats = Stats(latencies=[] if latency else None)
+    req = request_bytes(port, body)
+    return await run_for(port, [lambda: Conn(req, stats)] * connections, stats, seconds)
 
 
 def tree_cpu(pid: int) -> float:

@@ -37,6 +37,7 @@ from gridroute.core import (
     decide,
 )
 from gridroute.core.ejection import Ejections
+from gridroute.core.fairness import FairAdmission
 from gridroute.core.flow import Answered, request_flow
 from gridroute.core.gridstate import Snapshot
 from gridroute.core.group_route import Group, ModelGroups, OverlayIndex, Slot, build_table, route
@@ -157,12 +158,14 @@ def overlay_rows(n_calls: int, reps: int = 7) -> None:
 
 @dataclass
 class _Grid:
-    """The `FlowGrid` a gateway is, minus the I/O: snapshot, rng, own load, ejections."""
+    """The `FlowGrid` a gateway is, minus the I/O: snapshot, rng, own load, ejections,
+    fair order (unused: these requests carry no fairness key)."""
 
     snapshot: Snapshot
     own: OwnLoad
     rng: random.Random
     ejections: Ejections = field(default_factory=Ejections)
+    fairness: FairAdmission = field(default_factory=FairAdmission)
 
     @property
     def clock(self) -> Callable[[], float]:
