@@ -10,11 +10,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from gridroute.operator.config import OperatorConfig, TLSFiles, parse_config
 from gridroute.operator.tls import client_context, server_context
+from gridroute.relay.poller import LOCAL_LIMITS, PollMetrics, PollOutcome, SignalsClient
+from gridroute.wire.identity import spiffe_id
 
 SITES = ["hub", "west", "east"]
 
@@ -170,3 +174,38 @@ def rows_body(lines: list[str]) -> bytes:
 
 def client_ssl(tls: TLSFiles) -> ssl.SSLContext:
     return client_context(tls)
+
+
+async def poll_as(
+    target: str,
+    url: str,
+    ctx: ssl.SSLContext,
+    *,
+    metrics: PollMetrics | None = None,
+    **options: Any,
+) -> PollOutcome:
+    """One poll of `url` by a new `SignalsClient` for `target`, on a connection of its
+    own that is closed after; `options` as the client takes them (expected identity,
+    expected site, limits)."""
+    client = SignalsClient(
+        target,
+        url,
+        metrics=metrics or PollMetrics(CollectorRegistry()),
+        ssl_context=ctx,
+        **options,
+    )
+    try:
+        return await client.poll()
+    finally:
+        await client.close()
+
+
+async def read_local(certs: Certs, port: int) -> PollOutcome:
+    """What a gateway at hub reads from hub's operator at `port` now (every site's rows)."""
+    return await poll_as(
+        "local",
+        f"https://127.0.0.1:{port}/signals",
+        client_ssl(certs.tls("hub")),
+        expected_identity=spiffe_id("gridroute.local", "hub"),
+        limits=LOCAL_LIMITS,
+    )

@@ -15,19 +15,13 @@ from operator_fixtures import (
     client_ssl,
     free_port,
     operator_config,
+    read_local,
     vllm_page,
     vllm_provider,
 )
-from prometheus_client import CollectorRegistry
 
 from gridroute.operator.service import Operator
-from gridroute.relay.poller import (
-    LOCAL_LIMITS,
-    PollMetrics,
-    PollResult,
-    SignalsClient,
-)
-from gridroute.wire.identity import spiffe_id
+from gridroute.relay.poller import PollResult
 
 RUNNING = {"hub": 2.0, "west": 5.0, "east": 7.0}
 
@@ -86,18 +80,7 @@ def test_three_operators_converge_to_every_sites_readings(certs: Certs) -> None:
                 assert sample.generation is not None
 
         # A gateway at hub reads every site's rows from its own operator, with the same client.
-        client = SignalsClient(
-            "local",
-            f"https://127.0.0.1:{ops['hub'].port}/signals",
-            metrics=PollMetrics(CollectorRegistry()),
-            ssl_context=client_ssl(certs.tls("hub")),
-            expected_identity=spiffe_id("gridroute.local", "hub"),
-            limits=LOCAL_LIMITS,
-        )
-        try:
-            outcome = await client.poll()
-        finally:
-            await client.close()
+        outcome = await read_local(certs, ops["hub"].port)
         assert outcome.result is PollResult.OK and outcome.decoded is not None
         assert {s.site for s in outcome.decoded.samples} == set(RUNNING)
         assert set(outcome.decoded.round_ends) == {"west", "east"}
@@ -175,16 +158,7 @@ def test_operator_restarted_during_a_partition_invents_no_rows(certs: Certs) -> 
         await op.start()
         try:
             await until(lambda: op.rounds >= 2, "two rounds against the dark peer")
-            client = SignalsClient(
-                "local",
-                f"https://127.0.0.1:{port}/signals",
-                metrics=PollMetrics(CollectorRegistry()),
-                ssl_context=client_ssl(certs.tls("hub")),
-                expected_identity=spiffe_id("gridroute.local", "hub"),
-                limits=LOCAL_LIMITS,
-            )
-            outcome = await client.poll()
-            await client.close()
+            outcome = await read_local(certs, port)
         finally:
             await op.stop()
         assert outcome.decoded is not None

@@ -19,19 +19,17 @@ import pytest
 from operator_fixtures import (
     Certs,
     MetricsServer,
-    client_ssl,
     free_port,
     operator_config,
+    read_local,
     vllm_page,
     vllm_provider,
 )
-from prometheus_client import CollectorRegistry
 
 from gridroute.inbound.tls_gate import HandshakeRefusal, refusal_of
 from gridroute.operator.certs import VALID_DAYS, init_certs, make_site_cert, write_leaf
 from gridroute.operator.service import Operator
-from gridroute.relay.poller import LOCAL_LIMITS, PollMetrics, PollResult, SignalsClient
-from gridroute.wire.identity import spiffe_id
+from gridroute.relay.poller import PollResult
 
 
 @pytest.fixture(scope="module")
@@ -62,18 +60,7 @@ async def _until(check: object, what: str, rounds: int = 600) -> None:
 
 async def _hub_relay(certs: Certs, port: int) -> dict[str, float]:
     """What a gateway at hub reads from its operator now: running per site."""
-    client = SignalsClient(
-        "local",
-        f"https://127.0.0.1:{port}/signals",
-        metrics=PollMetrics(CollectorRegistry()),
-        ssl_context=client_ssl(certs.tls("hub")),
-        expected_identity=spiffe_id("gridroute.local", "hub"),
-        limits=LOCAL_LIMITS,
-    )
-    try:
-        outcome = await client.poll()
-    finally:
-        await client.close()
+    outcome = await read_local(certs, port)
     assert outcome.result is PollResult.OK and outcome.decoded is not None
     return {s.site: s.running for s in outcome.decoded.samples}
 

@@ -14,6 +14,7 @@ from operator_fixtures import (
     date_header,
     free_port,
     operator_config,
+    poll_as,
     rows_body,
 )
 from prometheus_client import CollectorRegistry
@@ -64,19 +65,15 @@ async def poll_once(
     client_base = certs.foreign if client_root == "foreign" else None
     registry = CollectorRegistry()
     async with RawPeer(certs.tls(peer_tls_site, peer_base), respond) as peer:
-        client = SignalsClient(
+        outcome = await poll_as(
             "west",
             f"https://127.0.0.1:{peer.port}/signals?scope=own",
+            client_ssl(certs.tls("hub", client_base)),
             metrics=PollMetrics(registry),
-            ssl_context=client_ssl(certs.tls("hub", client_base)),
             expected_identity=spiffe_id("gridroute.local", "west"),
             expected_site="west",
             limits=PollLimits(timeout_s=timeout_s),
         )
-        try:
-            outcome = await client.poll()
-        finally:
-            await client.close()
     total = sum(
         s.value
         for m in registry.collect()
@@ -128,17 +125,14 @@ def test_unauthorized_on_http_403(certs: Certs) -> None:
         await web.TCPSite(
             runner, "127.0.0.1", port, ssl_context=server_context(certs.tls("west"))
         ).start()
-        client = SignalsClient(
-            "west",
-            f"https://127.0.0.1:{port}/signals",
-            metrics=PollMetrics(CollectorRegistry()),
-            ssl_context=client_ssl(certs.tls("hub")),
-            expected_identity=spiffe_id("gridroute.local", "west"),
-        )
         try:
-            return await client.poll()
+            return await poll_as(
+                "west",
+                f"https://127.0.0.1:{port}/signals",
+                client_ssl(certs.tls("hub")),
+                expected_identity=spiffe_id("gridroute.local", "west"),
+            )
         finally:
-            await client.close()
             await runner.cleanup()
 
     assert asyncio.run(main()).result == "unauthorized"
@@ -171,16 +165,8 @@ def test_a_peer_that_stalls_mid_body_is_unreachable(certs: Certs) -> None:
 
 def test_unreachable_when_nothing_listens(certs: Certs) -> None:
     async def main() -> PollOutcome:
-        client = SignalsClient(
-            "west",
-            f"https://127.0.0.1:{free_port()}/signals",
-            metrics=PollMetrics(CollectorRegistry()),
-            ssl_context=client_ssl(certs.tls("hub")),
-        )
-        try:
-            return await client.poll()
-        finally:
-            await client.close()
+        url = f"https://127.0.0.1:{free_port()}/signals"
+        return await poll_as("west", url, client_ssl(certs.tls("hub")))
 
     assert asyncio.run(main()).result == "unreachable"
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from operator_fixtures import Certs, free_port, operator_config
+from operator_fixtures import Certs, free_port, operator_config, poll_as
 from prometheus_client import CollectorRegistry
 
 from gridroute.operator.service import Operator
 from gridroute.operator.tls import client_context
-from gridroute.relay.poller import PollMetrics, PollOutcome, PollResult, SignalsClient
+from gridroute.relay.poller import PollMetrics, PollOutcome, PollResult
 from gridroute.relay.tls_resumption import ResumingContext
 from gridroute.wire.identity import spiffe_id
 
@@ -25,18 +25,14 @@ from gridroute.wire.identity import spiffe_id
 async def poll_as_west(port: int, metrics: PollMetrics, ctx: ssl.SSLContext) -> PollOutcome:
     """One poll of the operator at `port`, expecting west, on a client of its own (so
     its connection is new, and gone after the poll)."""
-    poller = SignalsClient(
+    return await poll_as(
         "west",
         f"https://127.0.0.1:{port}/signals?scope=own",
+        ctx,
         metrics=metrics,
-        ssl_context=ctx,
         expected_identity=spiffe_id("gridroute.local", "west"),
         expected_site="west",
     )
-    try:
-        return await poller.poll()
-    finally:
-        await poller.close()
 
 
 def handshakes(registry: CollectorRegistry, kind: str) -> float:
