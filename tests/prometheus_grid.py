@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -88,3 +89,20 @@ def until(ok: Callable[[], bool], timeout_s: float) -> bool:
             return False
         time.sleep(0.5)
     return True
+
+
+def without_series(
+    query: Callable[[str], list[Any]], want: dict[str, str], timeout_s: float
+) -> dict[str, str]:
+    """Of `want` (expression -> what it shows), those still without a series after
+    `timeout_s` (each is asked until it answers once); {} when every one has data."""
+    missing = dict(want)
+
+    def all_have_data() -> bool:
+        for expr in list(missing):
+            if query(expr):
+                del missing[expr]
+        return not missing
+
+    until(all_have_data, timeout_s)
+    return missing

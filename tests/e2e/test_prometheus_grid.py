@@ -29,7 +29,14 @@ import yaml
 from gridroute.grid.launcher import LocalGrid, http_json
 from gridroute.grid.layout import Addresses, GridSpec, LocalSite, gateway_config
 from gridroute.load.background import BackgroundLoad
-from tests.prometheus_grid import DEPLOY, NATS_ROW, dashboard_queries, prometheus_config, until
+from tests.prometheus_grid import (
+    DEPLOY,
+    NATS_ROW,
+    dashboard_queries,
+    prometheus_config,
+    until,
+    without_series,
+)
 from tests.prometheus_package import PrometheusBinaries
 from tests.prometheus_server import RunningPrometheus
 from tests.promql_selectors import selectors
@@ -197,15 +204,7 @@ def test_every_dashboard_and_rule_expression_returns_data_from_a_live_grid(
     stack.drive(CLIENTS)
     grid.partition("east", drain_s=0.5)
 
-    missing: dict[str, str] = dict(want)
-
-    def all_have_data() -> bool:
-        for expr in list(missing):
-            if prom.query(expr):
-                del missing[expr]
-        return not missing
-
-    until(all_have_data, DATA_TIMEOUT_S)
+    missing = without_series(prom.query, want, DATA_TIMEOUT_S)
     assert missing == {}, f"no series for: {json.dumps(missing, indent=1)}"
 
     # Every rule evaluates cleanly (a type error in a rule shows only here).

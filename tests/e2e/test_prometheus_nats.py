@@ -26,6 +26,7 @@ from tests.prometheus_grid import (
     dashboard_queries,
     prometheus_config,
     until,
+    without_series,
 )
 from tests.prometheus_package import PrometheusBinaries
 from tests.prometheus_server import RunningPrometheus
@@ -61,15 +62,8 @@ def test_the_nats_panels_show_publishes_reads_and_a_lost_server(
         assert grid.nats is not None
         config = prometheus_config(grid, SPEC.gateway_sites, tmp / "prometheus")
         with RunningPrometheus(prometheus_binaries, config, tmp / "prom-run") as prom:
-            missing = {q.expr: q.title for q in panel}
-
-            def all_have_data() -> bool:
-                for expr in list(missing):
-                    if prom.query(expr):
-                        del missing[expr]
-                return not missing
-
-            until(all_have_data, DATA_TIMEOUT_S)
+            want = {q.expr: q.title for q in panel}
+            missing = without_series(prom.query, want, DATA_TIMEOUT_S)
             assert missing == {}, f"no series for: {json.dumps(missing, indent=1)}"
             assert until(lambda: _results(prom, PUBLISHED) == {"ok"}, DATA_TIMEOUT_S)
             assert until(lambda: _results(prom, READ) == {"ok"}, DATA_TIMEOUT_S)
