@@ -28,6 +28,7 @@ from collections.abc import Generator, Sequence
 from aiohttp import web
 
 from gridroute.core import Decision, Outcome, SiteView
+from gridroute.core.fairness import fair_order_on
 from gridroute.core.flow import (
     Answered,
     Attempt,
@@ -177,7 +178,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         session = request.headers.get(gw.affinity_header) if gw.affinity_header else None
         preferred = current.affinity.get(session, t0) if session else None
     flow: Generator[Step, Feed, None] | None = None
-    who = fairness_key(gw.cfg.fairness_key, request.headers, request.remote, body)
+    who = None  # the key is read only where fair order ranks it (the flow's own test)
+    if overlay is None and fair_order_on(current.snapshot.settings, policy):
+        who = fairness_key(gw.cfg.fairness_key, request.headers, request.remote, body)
     try:
         flow = request_flow(current, model, policy, preferred, overlay, who)
         step = await wait_in_queue(flow, next(flow), current)
