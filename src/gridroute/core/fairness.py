@@ -186,9 +186,15 @@ class _Waiter:
     ticket: int
 
 
-def fair_order_on(s: AvailabilitySettings, policy: Policy) -> bool:
-    """Whether fair order applies: gridroute, `fair_order`, and shedding or a queue."""
-    return s.fair_order and policy is Policy.GRIDROUTE and (s.shedding or s.max_queue_ms > 0)
+def fair_order_on(s: AvailabilitySettings, policy: Policy, by_overlay: bool = False) -> bool:
+    """Whether fair order applies: gridroute, `fair_order`, and shedding or a queue; not
+    to a request the routing overlay decides (`by_overlay`: its groups and pickers do)."""
+    return (
+        not by_overlay
+        and s.fair_order
+        and policy is Policy.GRIDROUTE
+        and (s.shedding or s.max_queue_ms > 0)
+    )
 
 
 def fair_hold_s(s: AvailabilitySettings, turnover_s: float | None) -> float:

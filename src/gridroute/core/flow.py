@@ -259,7 +259,7 @@ def request_flow(
     snap = grid.snapshot
     who = client or ""
     fair = None
-    if client and overlay is None and fair_order_on(snap.settings, policy):
+    if client and fair_order_on(snap.settings, policy, overlay is not None):
         fair = grid.fairness
     choice: GroupDecision | None = None
     if overlay is not None:

@@ -179,7 +179,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         preferred = current.affinity.get(session, t0) if session else None
     flow: Generator[Step, Feed, None] | None = None
     who = None  # the key is read only where fair order ranks it (the flow's own test)
-    if overlay is None and fair_order_on(current.snapshot.settings, policy):
+    if fair_order_on(current.snapshot.settings, policy, overlay is not None):
         who = fairness_key(gw.cfg.fairness_key, request.headers, request.remote, body)
     try:
         flow = request_flow(current, model, policy, preferred, overlay, who)
