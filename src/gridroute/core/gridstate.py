@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from random import Random
 
 from gridroute.core import ceiling as ceil
@@ -19,6 +19,7 @@ from gridroute.core.gateway_load import ExternalEstimate, GatewayLoad
 from gridroute.core.liveness import Live, Liveness, first_seen, step
 from gridroute.core.sample import Sample
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.core.spread import Spread
 from gridroute.core.view import ModelPlan, SiteView
 from gridroute.core.window import Reading, SampleWindow
 
@@ -47,6 +48,9 @@ class Snapshot:
     views: tuple[SiteView, ...]
     shedding: frozenset[str]
     plans: dict[str, ModelPlan] = field(default_factory=dict)
+    spread: Spread | None = None
+    """The owning gateway's two-site split carry (`core/spread.py`): gridroute's
+    weighted two-site picks keep their shares over the stream, across snapshots."""
 
     def plan(self, model: str) -> ModelPlan | None:
         """The plan for `model` (built on first use for catch-all candidates); None if unknown."""
@@ -69,6 +73,31 @@ class Snapshot:
 def _mean_known(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None and v > 0]
     return sum(known) / len(known) if known else None
+
+
+def _phase_source(rng: Random | None) -> Random | None:
+    """A copy of `rng` for the split's starting phase: drawing it from `rng` itself would
+    shift every rounding draw after it."""
+    if rng is None:
+        return None
+    copy = Random()
+    copy.setstate(rng.getstate())
+    copy.random()  # not the draw `rng` makes next
+    return copy
+
+
+def _apportion(external: float, unreported: Mapping[str, float]) -> dict[str, float]:
+    """The grid's external estimate split over the candidates in proportion to what each
+    one's poll showed that no gateway reported (each part at most that difference).
+
+    The estimate is smoothed grid-wide (reports lag a poll or two); where it sits is read
+    from the newest difference, so a site full from outside ranks as full."""
+    positive = {k: v for k, v in unreported.items() if v > 0.0}
+    total = sum(positive.values())
+    if external <= 0.0 or total <= 0.0:
+        return {}
+    scale = min(external / total, 1.0)
+    return {k: v * scale for k, v in positive.items()}
 
 
 def build_plan(
@@ -133,6 +162,7 @@ class GridState:
         self._last: Snapshot | None = None
         self._gateways: GatewayLoad | None = None
         self._external = ExternalEstimate(self.settings.external_load_tau_ms / 1000.0)
+        self._spread = Spread(_phase_source(rng))
         self._alone_since: float | None = None
         self.external = 0.0
         """Polled in-flight that no gateway reported (smoothed), as of the last refresh."""
@@ -215,11 +245,16 @@ class GridState:
             pending.append((cand, tr, reading, new))
         own_total = 0.0
         polled_total = 0.0
+        polled: dict[str, float] = {}
+        own_at: dict[str, float] = {}
         for cand, _tr, reading, _new in pending:
             if reading is not None and reading.latest_in_flight is not None:
                 polled_total += reading.latest_in_flight
+                polled[cand.key] = reading.latest_in_flight
                 if own is not None and reading.loaded_at is not None:
-                    own_total += own.at(cand.key, reading.loaded_at)
+                    own_at[cand.key] = own.at(cand.key, reading.loaded_at)
+                    own_total += own_at[cand.key]
+        unreported: dict[str, float] = {}
         if gateways is not None:
             if gateways.gateways > 1:
                 self._alone_since = None
@@ -229,9 +264,15 @@ class GridState:
                 # The only gateway for a whole window (no other's report can still be on
                 # its way): whatever it did not send is external, exactly and at once.
                 self.external = self._external.reset(polled_total - own_total, now)
+                unreported = {k: v - own_at.get(k, 0.0) for k, v in polled.items()}
             else:
-                reported = gateways.total(c.key for c in self.candidates)
+                # Only where the poll carried load: a gateway's requests at a site whose
+                # scrape fails are in no polled total, and subtracted from the others'
+                # they read that site's share of outside load as this gateway's own.
+                reported = gateways.total(polled)
                 self.external = self._external.update(polled_total - reported, now)
+                unreported = {k: v - gateways.in_flight.get(k, 0.0) for k, v in polled.items()}
+        external_at = _apportion(self.external, unreported)
         # This gateway's part of the polled load that some gateway sent (module
         # gateway_load): load from outside the gateways neither herds nor shrinks a share.
         ours = polled_total - self.external
@@ -245,12 +286,16 @@ class GridState:
         else:
             share = 1.0
         for index, (cand, tr, reading, new) in enumerate(pending):
-            views.append(
-                self._view(cand, index, tr, reading, new, rounds, now, health, own, share, window_s)
+            view = self._view(
+                cand, index, tr, reading, new, rounds, now, health, own, share, window_s
             )
+            outside = external_at.get(cand.key, 0.0)
+            if outside > 0.0 and view.loaded:
+                view = replace(view, external=outside, ranked_others=-1.0)
+            views.append(view)
         snap_views = tuple(views)
         self._latch(snap_views, now)
-        snapshot = Snapshot(now, s, snap_views, frozenset(self._shed))
+        snapshot = Snapshot(now, s, snap_views, frozenset(self._shed), spread=self._spread)
         for model in self.models:
             snapshot.plan(model)
         self._last = snapshot

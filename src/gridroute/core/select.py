@@ -33,6 +33,7 @@ from random import Random
 from gridroute.core.gridstate import Snapshot
 from gridroute.core.liveness import Live
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.core.spread import Spread
 from gridroute.core.view import ModelPlan, SiteView
 
 TWO_SITE_SHARE = (0.1, 0.9)
@@ -129,7 +130,11 @@ def _draw(views: Sequence[SiteView], weights: Sequence[float], rng: Random, skip
 
 
 def _pick_pressure(
-    views: Sequence[SiteView], weights: Sequence[float], rhos: Sequence[float], rng: Random
+    views: Sequence[SiteView],
+    weights: Sequence[float],
+    rhos: Sequence[float],
+    rng: Random,
+    spread: Spread | None = None,
 ) -> tuple[int, Path]:
     n = len(views)
     if n == 1:
@@ -140,6 +145,9 @@ def _pick_pressure(
         share = 0.5 if a + b <= 0.0 else a / (a + b)
         lo, hi = TWO_SITE_SHARE
         share = min(max(share, lo), hi)
+        if spread is not None:  # gridroute: the same shares, kept over the stream
+            first = spread.first((views[0].key, views[1].key), share)
+            return (0 if first else 1), Path.PRESSURE_WEIGHTED
         return (0 if rng.random() < share else 1), Path.PRESSURE_WEIGHTED
     i = _draw(views, weights, rng)
     j = _draw(views, weights, rng, skip=i)
@@ -248,15 +256,16 @@ def decide(
         fair = s.fair_share
         accounting = s.local_accounting
         borrow: list[int] = []  # the site has room by the estimate, beyond this gateway's share
+        borrow_queued: list[int] = []  # the same, with work waiting there
         for i, v in enumerate(healthy):
             if not v.loaded:
                 continue  # no in-flight reading: no room and no rho (unknown, never zero)
             mine = counts.get(v.key, 0) if accounting else v.own_at_sample
-            # Rank by this gateway's own load plus only its share of everyone else's: the
-            # others' part is a poll old, and ranking on it makes gateways herd together.
-            # (Inlined SiteView.pick_rho: this loop is the request path.)
+            # Rank by this gateway's own load plus only its share of other gateways' (a
+            # poll old: ranking on all of it makes gateways herd together) and all of the
+            # external load. (Inlined SiteView.pick_rho: this loop is the request path.)
             ceiling = v.room_ceiling
-            rhos[i] = (mine + v.share * v.base) / ceiling
+            rhos[i] = (mine + v.ranked_others) / ceiling
             site_room = v.base + mine + 1 <= ceiling
             if (mine + 1 <= v.budget) if fair else site_room:
                 (queued if v.is_queued else free).append(i)
@@ -266,14 +275,17 @@ def decide(
                 # at 8 gateways past capacity: unbounded 7-26 % overshoot; one more share
                 # 1.1-5.8 %, most of it borrowed). Budgets rounded per snapshot
                 # (`GridState`) fill the room that borrowing was there to fill.
-                borrow.append(i)
+                # Queue-free sites first here too: borrowing is still the pressure tiers.
+                (borrow_queued if v.is_queued else borrow).append(i)
         if free or queued:
-            return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)
+            tier = free or queued
+            return _in_room(healthy, weights, rhos, tier, rng, affinity, refused, snapshot.spread)
         # Holding or shedding claims that no site has room; a site without a load reading
         # might have some, so with one in the way the overflow tiers decide like the seed.
         known = all(v.loaded for v in healthy)
         if known and s.max_queue_ms > 0 and can_hold:
             return Decision(Outcome.HOLD, Path.HOLD, None, refused)
+        borrow = borrow or borrow_queued
         if borrow and not (s.max_queue_ms > 0 and s.queue_overflow == "shed"):
             d = _in_room(healthy, weights, rhos, borrow, rng, affinity, refused)
             return Decision(d.outcome, Path.BORROW, d.view, d.refused, None, d.rho)
@@ -334,6 +346,7 @@ def _in_room(
     rng: Random,
     affinity: str | None,
     refused: tuple[tuple[str, str], ...],
+    spread: Spread | None = None,
 ) -> Decision:
     if affinity is not None:
         for i in tier:
@@ -343,7 +356,7 @@ def _in_room(
     w = [weights[i] for i in tier]
     tier_rhos = [rhos[i] for i in tier]
     if all(r is not None for r in tier_rhos):
-        k, path = _pick_pressure(views, w, [r for r in tier_rhos if r is not None], rng)
+        k, path = _pick_pressure(views, w, [r for r in tier_rhos if r is not None], rng, spread)
     else:
         k, path = _draw(views, w, rng), Path.CAPACITY
     return Decision(Outcome.ROUTE, path, views[k], refused, None, tier_rhos[k])

@@ -56,10 +56,22 @@ class SiteView:
     loaded: bool = False
     """Some sample in the window carries an in-flight reading. Without one the site has no
     room and no rho (missing is unknown, never zero)."""
+    external: float = 0.0
+    """The part of `base` that no gateway reported sending (batch jobs, direct clients):
+    this site's part of the grid's estimated external load, at most `base`."""
+    ranked_others: float = -1.0
+    """The others' in-flight as gridroute ranks it: `share` of what other gateways sent
+    (a poll old, and ranking on all of it herds gateways together) plus all of the
+    external load (which does not herd, and hidden behind the share it made a site full
+    from outside look empty). Computed once per snapshot; -1 means `share x base`."""
     key: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", self.candidate.key)
+        if self.ranked_others < 0.0:
+            external = min(max(self.external, 0.0), self.base)
+            ranked = self.share * (self.base - external) + external
+            object.__setattr__(self, "ranked_others", ranked)
 
     def counted_rho(self, mine: int) -> float:
         """The site's estimated pressure: others' in-flight at the sample plus this
@@ -68,8 +80,9 @@ class SiteView:
 
     def pick_rho(self, mine: int) -> float:
         """What gridroute's picks compare: this gateway's own in-flight plus only its share
-        of the others' (a poll old), over the (KV-bounded) ceiling."""
-        return (mine + self.share * self.base) / self.room_ceiling
+        of what other gateways sent (a poll old) and all external load, over the
+        (KV-bounded) ceiling."""
+        return (mine + self.ranked_others) / self.room_ceiling
 
     @property
     def site(self) -> str:

@@ -1,0 +1,183 @@
+"""The default policy against the seed rule (`saturation`) in generated worlds (issue 23).
+
+Each world is one instant of a grid from one gateway's side (tests/core/seed_worlds.py):
+2-8 sites, capacities 1-256, in-flight from outside gridroute at 0-120 % of capacity,
+1-8 gateways each holding 0-100 % of its part, failed scrapes and sites that publish no
+load. The rules checked here:
+
+1. Tiers: gridroute never sends a request to a site in a higher pressure tier (queue-free
+   with room, queued with room, not full, the rest; on counted load) while a lower tier
+   has room this gateway may admit into.
+2. Most load from outside, one gateway: where the next request goes is within 5 points
+   of the seed's, per site. With several gateways gridroute departs on purpose in one
+   way: a site whose free room this gateway's fair share has used takes less from it
+   (docs/selection.md, "Where gridroute departs from the seed rule"); it never sends
+   more than the seed anywhere it may not admit.
+3. The goodput rule (all load gridroute's) needs a stream over time: tests/sim/.
+
+Worlds hypothesis shrank from failures are kept below as named regressions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from random import Random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gridroute.core import Decision, OwnLoad, Path, Policy, Snapshot, decide
+
+from .seed_worlds import MODEL, NOW, World, WorldSite, shares, snapshot, worlds
+
+N = 4000
+TOLERANCE = 0.05
+"""The issue's 5 points; each share is estimated from 4,000 draws (sd under 0.8 point)."""
+
+OVERFLOW = {Path.QUEUE_TIE, Path.SATURATED, Path.CAPACITY, Path.FALLBACK, Path.LAST_RESORT}
+"""Paths taken when no tier has room (or nothing healthy): rule 1 does not apply."""
+
+
+def tier_skips(snap: Snapshot, own: OwnLoad, n: int, seed: int) -> Iterator[tuple[Decision, str]]:
+    """Rule 1 over `n` requests arriving before the next poll (each routed one stays in
+    flight): every decision that skipped a lower tier with admissible room, and why."""
+    plan = snap.plan(MODEL)
+    assert plan is not None
+    rng = Random(seed)
+    for _ in range(n):
+        counts = dict(own.counts)
+        d = decide(snap, MODEL, rng, Policy.GRIDROUTE, own.counts, can_hold=False)
+        if d.view is not None and d.path not in OVERFLOW:
+            tiers: dict[str, int] = {}
+            admissible: list[int] = []
+            for v in plan.healthy:
+                if not v.loaded:
+                    continue
+                mine = counts.get(v.key, 0)
+                room = v.base + mine + 1 <= v.room_ceiling
+                tiers[v.key] = (1 if v.is_queued else 0) if room else (3 if v.full else 2)
+                if room and mine + 1 <= v.budget:
+                    admissible.append(tiers[v.key])
+            if not admissible and not snap.settings.shedding:
+                # Past its share everywhere a gateway may borrow: still the tiers' order.
+                admissible = [t for t in tiers.values() if t <= 1]
+            chosen = tiers.get(d.view.key, 3)
+            if admissible and chosen > min(admissible):
+                yield (
+                    d,
+                    f"{d.path} chose {d.view.site} (tier {chosen}), room in tier {min(admissible)}",
+                )
+        if d.view is not None:
+            own.start(d.view.key, NOW + 0.01)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(world=worlds(), seed=st.integers(0, 2**16))
+def test_gridroute_never_skips_a_tier_with_room(world: World, seed: int) -> None:
+    snap, own = snapshot(world)
+    assert [why for _, why in tier_skips(snap, own, 60, seed)] == []
+
+
+def test_regression_borrowing_takes_queue_free_sites_first() -> None:
+    """Shrunk from rule 1: past its share at both sites, a gateway borrowed the queued
+    site as often as the queue-free one (one pressure draw over both)."""
+    world = World(
+        (
+            WorldSite("a", 40, 20, (5, 5)),
+            WorldSite("b", 40, 20, (5, 5), queued=3),
+        )
+    )
+    snap, own = snapshot(world)
+    skips = list(tier_skips(snap, own, 30, seed=3))
+    assert skips == []
+
+
+def _compare(world: World, seed: int) -> dict[str, tuple[float, float]]:
+    """Per site (and outcome), the share of the next request under each policy."""
+    snap, own = snapshot(world)
+    mine = shares(snap, own, Policy.GRIDROUTE, N, seed)
+    theirs = shares(snap, own, Policy.SATURATION, N, seed + 1)
+    return {k: (mine[k] / N, theirs[k] / N) for k in set(mine) | set(theirs)}
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(world=worlds(external=(0.5, 1.2), gateways=(1, 1)), seed=st.integers(0, 2**16))
+def test_one_gateway_in_a_loaded_world_splits_like_the_seed(world: World, seed: int) -> None:
+    if world.external_fraction < 0.5:
+        return  # most of the load must come from outside
+    far = {k: v for k, v in _compare(world, seed).items() if abs(v[0] - v[1]) > TOLERANCE}
+    assert far == {}
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(world=worlds(external=(0.5, 1.2), gateways=(2, 8)), seed=st.integers(0, 2**16))
+def test_several_gateways_depart_only_where_their_share_is_used(world: World, seed: int) -> None:
+    if world.external_fraction < 0.5:
+        return
+    snap, own = snapshot(world)
+    plan = snap.plan(MODEL)
+    assert plan is not None
+    admits = {
+        v.site
+        for v in plan.healthy
+        if v.loaded
+        and v.base + own.counts.get(v.key, 0) + 1 <= v.room_ceiling
+        and own.counts.get(v.key, 0) + 1 <= v.budget
+    }
+    for site, (mine, theirs) in _compare(world, seed).items():
+        if mine > theirs + TOLERANCE:
+            # More than the seed only where this gateway may admit (or what the seed
+            # does too when nothing has room: the overflow tiers, hold or shed).
+            assert site in admits or not admits, (site, mine, theirs, admits)
+
+
+def test_regression_a_site_full_from_outside_ranks_full_at_every_gateway() -> None:
+    """The issue's first world: four equal sites, one nearly full from outside and one
+    full; several gateways each ranked the nearly full one by its share of all others'
+    in-flight (external included), so it drew requests while two sites were mostly
+    free. The seed's pressure draw sends it none; gridroute now counts external load
+    whole when it ranks."""
+    world = World(
+        (
+            WorldSite("a", 100, 90, (1, 1, 1, 1)),
+            WorldSite("b", 100, 100, (0, 0, 0, 0)),
+            WorldSite("c", 100, 0, (15, 15, 15, 15)),
+            WorldSite("d", 100, 0, (15, 15, 15, 15)),
+        )
+    )
+    snap, own = snapshot(world)
+    got = shares(snap, own, Policy.GRIDROUTE, N, 1)
+    assert got["a"] == 0
+    assert got["c"] + got["d"] == N
+    a = next(v for v in snap.views if v.site == "a")
+    assert a.external == 90 and a.pick_rho(1) == (1 + 0.25 * 3 + 90) / 100
+
+
+def test_regression_two_equal_sites_split_evenly_over_a_stream() -> None:
+    """The issue's third world: two equal, lightly loaded sites. Each pick drawn on its
+    own wandered by 0.5/sqrt(N); gridroute's two-site picks now carry the fraction
+    (core/spread.py), so over any stream the split is within a request of even."""
+    world = World((WorldSite("a", 100, 5, (3,)), WorldSite("b", 100, 5, (3,))))
+    snap, own = snapshot(world)
+    got = shares(snap, own, Policy.GRIDROUTE, 4001, 5)
+    assert abs(got["a"] - got["b"]) <= 1
+
+
+def test_regression_a_failed_scrape_does_not_shrink_the_share_elsewhere() -> None:
+    """Shrunk from rule 2: one gateway, with a request at a site whose scrape fails. Its
+    report of that request was subtracted from the polled load, which holds no reading
+    of that site, so outside load read as its own and its share fell to the floor: the
+    sites with room took nothing and the one it did admit into was the busiest."""
+    world = World(
+        (
+            WorldSite("s0", 40, 20, (0,)),
+            WorldSite("s1", 1, 1, (0,)),
+            WorldSite("s2", 1, 1, (0,)),
+            WorldSite("s3", 1, 1, (0,)),
+            WorldSite("s4", 1, 0, (1,), scrape="failed"),
+        )
+    )
+    snap, _ = snapshot(world)
+    assert {v.site: v.share for v in snap.views}["s0"] == 1.0
+    far = {k: v for k, v in _compare(world, 7).items() if abs(v[0] - v[1]) > TOLERANCE}
+    assert far == {}
