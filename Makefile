@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_signals.py
 	$(BIN)/python bench/bench_sim.py
 	$(BIN)/python bench/bench_worlds.py
+	$(BIN)/python bench/bench_differential.py --worlds 20
 	$(BIN)/python bench/bench_fleet.py
 	$(BIN)/python bench/bench_tls_resume.py
 

@@ -81,3 +81,65 @@ def run(
         from gridroute.sim.plot import write_plot
 
         write_plot(plot_out, sc, results)
+
+
+@app.command("compare")
+def compare_cmd(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML (see docs/simulator.md).")],
+    policies: Annotated[
+        str,
+        typer.Option(
+            "--policies",
+            help="Comma-separated policies; the first other than gridroute is the reference.",
+        ),
+    ] = "gridroute,saturation",
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the comparison as JSON here.")
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="Share points (0-1) past which sites differ.")
+    ] = 0.05,
+    duration_s: Annotated[
+        float | None,
+        typer.Option("--duration", help="Override duration_s (seconds), for a quick look."),
+    ] = None,
+) -> None:
+    """Run SCENARIO under two or more policies on the same request stream and show, per
+    site, where their shares differ, by how much, and the rule that explains it."""
+    import json
+
+    from rich.console import Console
+
+    from gridroute.config import ConfigError
+    from gridroute.core.select import Policy
+    from gridroute.sim.compare import compare
+    from gridroute.sim.report import print_comparison
+    from gridroute.sim.scenario import load_scenario, parse_scenario
+
+    try:
+        chosen = [Policy(p.strip()) for p in policies.split(",") if p.strip()]
+    except ValueError:
+        known = ", ".join(p.value for p in Policy)
+        typer.echo(f"error: --policies: {policies!r}: each must be one of {known}", err=True)
+        raise typer.Exit(2) from None
+    if len(chosen) < 2 or len(set(chosen)) != len(chosen):
+        typer.echo(f"error: --policies: {policies!r}: name two or more different ones", err=True)
+        raise typer.Exit(2)
+    if not 0.0 <= tolerance <= 1.0:
+        typer.echo(f"error: --tolerance: {tolerance}: must be within 0 and 1", err=True)
+        raise typer.Exit(2)
+    try:
+        sc = load_scenario(scenario)
+        if duration_s is not None:
+            sc = parse_scenario({**sc.model_dump(), "duration_s": duration_s}, str(scenario))
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    results = compare(sc, chosen, tolerance)
+    out = Console()
+    if not out.is_terminal:
+        out.width = max(out.width, WIDE)
+    print_comparison(sc, results, out)
+    if json_out is not None:
+        body = {"scenario": sc.name, "tolerance": tolerance, "rows": [c.as_dict() for c in results]}
+        json_out.write_text(json.dumps(body, indent=2) + "\n")

@@ -363,6 +363,7 @@ class SimRun:
                 return
             if self.tally.counts(t):
                 self.tally.overshoot += 1
+                self.tally.overshot[site.name] = self.tally.overshot.get(site.name, 0) + 1
             site.queue.append(req)
         else:
             self._serve(site, req, t)

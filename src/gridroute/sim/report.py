@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gridroute.sim.compare import Comparison
 from gridroute.sim.engine import RunResult
 from gridroute.sim.scenario import Scenario
 
@@ -123,3 +124,49 @@ def print_report(scenario: Scenario, results: list[RunResult], console: Console)
     extra = events_table(results)
     if extra is not None:
         console.print(extra)
+
+
+def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
+    """`gridroute sim compare`: per client count and site, each policy's share and
+    overshoot there, the difference, and the rule that explains a difference."""
+    policies = list(results[0].rows) if results else []
+    t = Table(title=f"{scenario.name}: {' vs '.join(policies)} on the same request stream")
+    t.add_column("clients", justify="right")
+    t.add_column("site")
+    for p in policies:
+        t.add_column(f"{p} share", justify="right")
+    for p in policies:
+        t.add_column(f"{p} overshoot", justify="right")
+    t.add_column("difference", justify="right")
+    t.add_column("why")
+    for c in results:
+        for d in c.sites:
+            t.add_row(
+                str(c.clients),
+                d.site,
+                *(f"{d.shares[p]:.3f}" for p in policies),
+                *(str(d.overshoot[p]) for p in policies),
+                f"{d.delta:+.3f}",
+                d.departure or "-",
+            )
+        t.add_row(
+            str(c.clients),
+            "requests",
+            *(str(c.rows[p]["requests"]) for p in policies),
+            *(str(c.rows[p]["overshoot"]) for p in policies),
+            "",
+            "",
+            end_section=True,
+        )
+    return t
+
+
+def print_comparison(scenario: Scenario, results: list[Comparison], out: Console) -> None:
+    out.print(comparison_table(scenario, results))
+    unexplained = sum(len(c.unexplained) for c in results)
+    out.print(
+        f"{unexplained} site difference(s) past the tolerance that no rule explains"
+        if unexplained
+        else "every difference past the tolerance is explained by a named rule "
+        "(docs/selection.md, 'Where gridroute departs from the seed rule')"
+    )

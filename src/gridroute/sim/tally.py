@@ -88,6 +88,8 @@ class Tally:
     rho: list[list[tuple[float, float]]] = field(init=False)
     latencies: list[float] = field(default_factory=list)
     overshoot: int = 0
+    overshot: dict[str, int] = field(default_factory=dict)
+    """Overshoot per site (sites that had none are absent)."""
     shed: int = 0
     failed: int = 0
     retried: int = 0
@@ -150,6 +152,7 @@ class Tally:
             "peak_window_shares": {s: round(v, 4) for s, v in peaks.items()},
             "requests": total,
             "overshoot": self.overshoot,
+            "overshoot_by_site": {s: self.overshot.get(s, 0) for s in self.sites},
             "shed": self.shed,
             "failed": self.failed,
             "retried": self.retried,

@@ -1,0 +1,94 @@
+"""The default policy against the seed rule over time, in generated worlds (issue 23).
+
+The same request stream (scenario seed) runs under `gridroute` and `saturation`
+(`sim/compare.py`). Worlds are `compare.world` drawn from a seed hypothesis picks (derandomized, so
+every run tries the same worlds):
+
+* all load gridroute's own: gridroute completes at least as many requests;
+* most load from outside: every site's share of the completed requests is within 5
+  points of the seed's, or the difference is one `compare` names on purpose
+  (docs/selection.md, "Where gridroute departs from the seed rule").
+"""
+
+from __future__ import annotations
+
+from random import Random
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from gridroute.core import Policy
+from gridroute.sim.compare import compare, world
+from gridroute.sim.engine import SimRun
+from gridroute.sim.scenario import parse_scenario
+
+BOTH = [Policy.GRIDROUTE, Policy.SATURATION]
+SHORT = {"duration_s": 10.0, "max_clients": 160}
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32))
+def test_all_load_our_own_gridroute_serves_at_least_the_seed(seed: int) -> None:
+    sc = parse_scenario(world(Random(seed), external=(0.0, 0.0), broken=False, **SHORT))
+    (c,) = compare(sc, BOTH)
+    served = {p: r["requests"] for p, r in c.rows.items()}
+    assert served["gridroute"] >= served["saturation"], served
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32))
+def test_most_load_from_outside_shares_follow_the_seed_or_a_named_rule(seed: int) -> None:
+    sc = parse_scenario(world(Random(seed), external=(0.5, 1.2), **SHORT))
+    outside = sum(s.external.in_flight for s in sc.sites if s.external is not None)
+    assume(outside >= sc.client_counts[0])  # most of the in-flight is not gridroute's
+    (c,) = compare(sc, BOTH)
+    assert c.unexplained == []
+
+
+def test_regression_four_sites_one_nearly_full_one_full_from_outside() -> None:
+    """The issue's first world at 4 gateways: the site 90 % full from outside took 6 % of
+    the requests while two sites were about a third free (the seed: under 1 %)."""
+    sites = [
+        {"name": "a", "slots": 100, "external": {"in_flight": 90}},
+        {"name": "b", "slots": 100, "external": {"in_flight": 100}},
+        {"name": "c", "slots": 100},
+        {"name": "d", "slots": 100},
+    ]
+    sc = parse_scenario({"duration_s": 20, "warmup_s": 4, "sites": sites, "gateways": 4})
+    row = SimRun(sc, Policy.GRIDROUTE, 128).run().row
+    assert row["shares"]["a"] <= 0.01 and row["shares"]["b"] == 0.0, row["shares"]
+    assert row["overshoot"] == 0
+
+
+def test_regression_a_site_smaller_than_the_ceiling_floor() -> None:
+    """Shrunk from the outside-load worlds: a 7-slot site with 5 slots held from outside
+    read as 8 slots (the ceiling floor) and was overshot by gridroute's gateways; a
+    declared capacity now bounds the floor."""
+    sites = [
+        {"name": "big", "slots": 200, "external": {"in_flight": 130}},
+        {"name": "tiny", "slots": 7, "external": {"in_flight": 5}},
+    ]
+    sc = parse_scenario({"duration_s": 15, "warmup_s": 3, "sites": sites, "gateways": 4})
+    row = SimRun(sc, Policy.GRIDROUTE, 40).run().row
+    assert row["overshoot_by_site"]["tiny"] <= 2, row["overshoot_by_site"]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_two_equal_idle_sites_split_within_two_points(seed: int) -> None:
+    """The issue's third world: 4,000 requests over two equal, lightly loaded sites stay
+    within 2 points of 50/50 for every one of 10 seeds (the seed rule's independent
+    draws wander by about 0.8 point per seed, over 2 at times)."""
+    sites = [{"name": "a", "slots": 100}, {"name": "b", "slots": 100}]
+    sc = parse_scenario(
+        {
+            "duration_s": 14,
+            "warmup_s": 4,
+            "seed": seed,
+            "sites": sites,
+            "service": {"distribution": "exponential", "mean_s": 0.2},
+        }
+    )
+    row = SimRun(sc, Policy.GRIDROUTE, 80).run().row
+    assert row["requests"] >= 3800
+    assert abs(row["shares"]["a"] - 0.5) <= 0.02, row["shares"]
