@@ -1,7 +1,7 @@
 """What observability costs per request: the gateway with metrics and tracing on vs off,
 in one run on this machine.
 
-Rounds interleave four gateways (same config otherwise: three sites on live signals,
+Rounds interleave five gateways (same config otherwise: three sites on live signals,
 own-load accounting, health probes), each pinned to core 0 in turn, against the fast
 fake backend (proxy_backend.py) on core 1; each round starts one later in the list, so
 a slow phase of a shared machine hits all of them alike:
@@ -12,6 +12,8 @@ a slow phase of a shared machine hits all of them alike:
                         spans over OTLP/HTTP to a receiver on core 1 (otlp_sink.py,
                         which decodes them and counts the spans it got)
     metrics+tracing 1%  the same with `tracing.sample_ratio: 0.01`
+    metrics+tracing 0%  and with `tracing.sample_ratio: 0` (the tracer's cost on a
+                        request it does not trace, with no export at all)
 
 Load: C keep-alive connections in a closed loop (as fast as each gateway goes, as in
 bench_proxy.py), or with `--rate R` R requests/s offered to every gateway alike.
@@ -64,8 +66,8 @@ from bench_proxy import (
     wait_port,
 )
 
-NAMES = ("off", "metrics", "metrics+tracing", "metrics+tracing 1%")
-TRACED = {"metrics+tracing": 1.0, "metrics+tracing 1%": 0.01}
+NAMES = ("off", "metrics", "metrics+tracing", "metrics+tracing 1%", "metrics+tracing 0%")
+TRACED = {"metrics+tracing": 1.0, "metrics+tracing 1%": 0.01, "metrics+tracing 0%": 0.0}
 """Configurations that trace, and their `tracing.sample_ratio`."""
 SCRAPE_INTERVAL_S = 1.0
 
@@ -322,14 +324,24 @@ def micro(n: int) -> None:
         tracer.attempt_end(child, 200, None)
         tracer.end(span, d, site, 1, 200)
 
+    sampled = RequestTracer(provider.get_tracer("bench"), provider, 0.01, random.Random(2))
+
+    def trace_1pct() -> None:
+        span = sampled.start("/v1/chat/completions", "m", Policy.GRIDROUTE)
+        child = sampled.attempt(span, d, 1)
+        sampled.attempt_end(child, 200, None)
+        sampled.end(span, d, site, 1, 200)
+
     base = per_call_us(lambda: decide(snap, "m", rng, Policy.GRIDROUTE, own.counts), n)
     counted = per_call_us(count, n)
     traced = per_call_us(trace, n // 4)
+    traced_1pct = per_call_us(trace_1pct, n)
     provider.shutdown()
     print(f"\nin process, per routed request (thread CPU time, best of 3 x {n} calls):")
     print(f"decide (3 sites)        {base:6.2f} us  1.00x")
     print(f"metrics (always on)     {counted:6.2f} us  {counted / base:.2f}x decide")
     print(f"tracing (span + child)  {traced:6.2f} us  {traced / base:.2f}x decide")
+    print(f"tracing 1%, per request {traced_1pct:6.2f} us  {traced_1pct / base:.2f}x decide")
 
 
 def main() -> None:
@@ -345,7 +357,9 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--n", type=int, default=40_000, help="calls in the micro section")
     ap.add_argument(
-        "--only", default=",".join(NAMES), help=f"comma-separated, from {', '.join(NAMES)}"
+        "--only",
+        default=",".join(NAMES),
+        help="comma-separated, from " + ", ".join(NAMES).replace("%", "%%"),
     )
     a = ap.parse_args()
     if (os.cpu_count() or 1) < 2:

@@ -46,7 +46,8 @@ PAGE_TIMEOUT_S = 300  # a bound for a loaded machine; a page takes 10-40 s
 
 NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "make demo"): "make test would run this test again; make demo runs 75 s "
-    "(tests/e2e/test_demo_cli.py runs the demo, smaller)",
+    "(tests/e2e/test_demo_cli.py runs the demo, smaller, and holds this README's sample "
+    "output to its lines' shape: tests/demo/readme_sample.py)",
     ("docs/quickstart.md", "python3.11 -m venv .venv && .venv/bin/pip install -e '.[test]'"):
     "would rebuild the venv this test runs in (make test runs the same install)",
     ("docs/quickstart.md", "gridroute demo"): "75 s of traffic (tests/e2e/test_demo_cli.py)",

@@ -220,8 +220,40 @@ def check_files(source: str, files: Mapping[str, str | Path | None]) -> None:
         except OSError as exc:
             problems.append(Problem(field, f"cannot read {path}: {exc.strerror or exc}"))
             continue
+        except ValueError:  # an embedded NUL byte: no system call takes it
+            problems.append(Problem(field, f"not a file path (got {_quoted(path)})"))
+            continue
     if problems:
         raise ConfigError(source, problems)
+
+
+def check_paths(source: str, files: Mapping[str, str | Path | None]) -> None:
+    """Every file a config names (field -> path) is shaped like a file's path, without
+    opening it: what `gridroute config check --offline` runs instead of `check_files`
+    for a config written for another machine (its `/etc/...` files are not here).
+
+    A path is refused when it is empty (or only `.`/`..`), ends in a separator (a
+    directory), or holds a control character (a NUL byte, a newline from a bad paste).
+    """
+    problems = []
+    for field, path in files.items():
+        if path is None:
+            continue
+        text = str(path)
+        if text.strip() in ("", ".", ".."):
+            problems.append(Problem(field, f"not a file path: empty (got {_quoted(path)})"))
+        elif text.endswith(("/", os.sep)):
+            problems.append(Problem(field, f"names a directory, not a file (got {_quoted(path)})"))
+        elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+            problems.append(
+                Problem(field, f"not a file path: a control character (got {_quoted(path)})")
+            )
+    if problems:
+        raise ConfigError(source, problems)
+
+
+def _quoted(path: str | Path) -> str:
+    return repr(str(path))[:SHOWN_VALUE_CHARS]
 
 
 def _shown(path: str | Path) -> str:

@@ -124,3 +124,175 @@ def test_the_overlay_schema_is_the_published_one() -> None:
     assert res.exit_code == 0
     published = (Path(__file__).resolve().parents[2] / "docs" / "overlay.schema.json").read_text()
     assert json.loads(res.output) == json.loads(published)
+
+
+# `--offline`: a config written for another machine (docs/config.md, "Checking a file").
+
+NOT_CHECKED = {
+    "groups/drain.input.yaml": "an input of `gridroute overlay render`, not a config",
+    "groups/round-robin.input.yaml": "an input of `gridroute overlay render`, not a config",
+}
+
+
+def _example_configs() -> list[Path]:
+    found = sorted(p for p in EXAMPLES.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
+    return [p for p in found if str(p.relative_to(EXAMPLES)) not in NOT_CHECKED]
+
+
+def test_the_examples_left_out_exist() -> None:
+    for name in NOT_CHECKED:
+        assert (EXAMPLES / name).is_file(), name  # an entry that names nothing must go
+
+
+@pytest.mark.parametrize("config", _example_configs(), ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_every_example_config_checks_offline(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From an empty directory: out/certs and /etc/gridroute/certs are not there.
+    monkeypatch.chdir(tmp_path)
+    code, out = check("--offline", str(config))
+    assert code == 0, out
+    assert out.startswith(f"{config}: ok ("), out
+
+
+def test_offline_names_the_fields_it_did_not_open(tmp_path: Path) -> None:
+    code, out = check("--offline", str(EXAMPLES / "grid" / "gateway-hub.yaml"))
+    assert code == 0, out
+    assert out.rstrip().endswith(
+        "; offline, not opened: operator.tls.ca_file, operator.tls.cert_file, "
+        "operator.tls.key_file)"
+    ), out
+    code, out = check("--offline", str(EXAMPLES / "grid" / "operator-east.yaml"))
+    assert code == 0, out
+    assert "not opened: tls.cert, tls.key, tls.ca, tls.clientCert, tls.clientKey)" in out
+
+
+def test_the_default_still_opens_every_file() -> None:
+    code, out = check(str(EXAMPLES / "grid" / "gateway-hub.yaml"))
+    assert code == 2
+    gw = EXAMPLES / "grid" / "gateway-hub.yaml"
+    assert f"{gw}: operator.tls.ca_file: no such file: /etc/gridroute/certs/ca.crt" in out
+    assert "operator.tls.key_file: no such file: /etc/gridroute/certs/hub/client.key" in out
+    code, out = check(str(EXAMPLES / "grid" / "operator-east.yaml"))
+    assert code == 2
+    assert "tls.cert: no such file: /etc/gridroute/certs/east/server.crt" in out
+
+
+GATEWAY = """
+sites: [{name: a, backend_url: "http://127.0.0.1:1"}]
+models: [{name: m}]
+"""
+
+
+def test_offline_opens_no_file(tmp_path: Path) -> None:
+    # A directory where a file belongs: only opening it can tell.
+    (tmp_path / "keys").mkdir()
+    gw = tmp_path / "gw.yaml"
+    gw.write_text(GATEWAY + f"auth: {{api_keys_file: {tmp_path / 'keys'}}}\n")
+    code, out = check(str(gw))
+    assert code == 2 and f"{gw}: auth.api_keys_file: is a directory, not a file" in out, out
+    code, out = check("--offline", str(gw))
+    assert code == 0 and "not opened: auth.api_keys_file)" in out, out
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ('""', "not a file path: empty (got '')"),
+        ("certs/", "names a directory, not a file (got 'certs/')"),
+        ('"ca\\0.crt"', "not a file path: a control character (got 'ca\\x00.crt')"),
+    ],
+)
+def test_offline_still_checks_each_path_and_every_value(
+    tmp_path: Path, value: str, reason: str
+) -> None:
+    gw = tmp_path / "gw.yaml"
+    gw.write_text(
+        GATEWAY + "operator:\n  url: https://127.0.0.1:9443\n  poll_interval_s: 1\n"
+        f"  tls: {{ca_file: {value}, cert_file: /etc/c.crt, key_file: /etc/c.key}}\n"
+    )
+    code, out = check("--offline", str(gw))
+    assert code == 2
+    assert out.strip() == f"{gw}: operator.tls.ca_file: {reason}"
+    gw.write_text(GATEWAY + "operator: {url: http://x, poll_interval_s: -1}\n")
+    code, out = check("--offline", str(gw))
+    assert code == 2
+    assert out.strip() == (
+        f"{gw}: operator.poll_interval_s: Input should be greater than 0 (got -1)"
+    )
+
+
+def test_a_nul_byte_in_a_path_is_named_not_a_traceback(tmp_path: Path) -> None:
+    gw = tmp_path / "gw.yaml"
+    gw.write_text(GATEWAY + 'auth: {api_keys_file: "keys\\0"}\n')
+    code, out = check(str(gw))
+    assert code == 2
+    assert out.strip() == f"{gw}: auth.api_keys_file: not a file path (got 'keys\\x00')"
+
+
+def test_an_operator_token_file_is_not_opened_offline(tmp_path: Path) -> None:
+    op = tmp_path / "op.yaml"
+    op.write_text(
+        "site: hub\nproviders:\n  - name: p\n    models: [m]\n    backendUrl: http://x\n"
+        "    metricsConfig: {endpoint: http://x/metrics, bearerTokenFile: /etc/token}\n"
+    )
+    code, out = check(str(op))
+    assert code == 2
+    assert f"{op}: providers.0.metricsConfig.bearerTokenFile: no such file: /etc/token" in out
+    code, out = check("--offline", str(op))
+    assert code == 0 and "not opened: providers.0.metricsConfig.bearerTokenFile)" in out, out
+
+
+def test_a_scenario_overlay_file_is_not_opened_offline(tmp_path: Path) -> None:
+    sc = tmp_path / "s.yaml"
+    sc.write_text("clients: 64\noverlay: absent.json\n")
+    code, out = check(str(sc))
+    assert code == 2 and f"{tmp_path / 'absent.json'}: overlay: no such file" in out, out
+    code, out = check("--offline", str(sc))
+    assert code == 0 and "not opened: overlay)" in out, out
+    sc.write_text('clients: 64\noverlay: ""\n')
+    code, out = check("--offline", str(sc))
+    assert code == 2 and f"{sc}: overlay: not a file path: empty (got '')" in out, out
+
+
+def test_a_control_file_names_its_client_certificate_and_gateway_files(tmp_path: Path) -> None:
+    control = tmp_path / "control.yaml"
+    control.write_text(
+        "operatorTLS: {ca: certs/ca.crt, cert: certs/c.crt, key: certs/c.key}\n"
+        "publish:\n  backendType: EndpointSlice\n"
+        "  workloadGateways: {cluster-a: {file: gateways/a.yaml}}\n"
+    )
+    code, out = check(str(control))
+    assert code == 2
+    assert f"{control}: operatorTLS.ca: no such file: {tmp_path / 'certs/ca.crt'}" in out
+    assert f"{control}: operatorTLS.key: no such file: {tmp_path / 'certs/c.key'}" in out
+    assert (
+        f"{control}: publish.workloadGateways.cluster-a.file: no such file: "
+        f"{tmp_path / 'gateways/a.yaml'}"
+    ) in out
+    code, out = check("--offline", str(control))
+    assert code == 0, out
+    assert out.rstrip().endswith(
+        "not opened: operatorTLS.ca, operatorTLS.cert, operatorTLS.key, "
+        "publish.workloadGateways.cluster-a.file)"
+    ), out
+    # With the files there, the default loads the client certificate too.
+    init_certs(tmp_path / "certs", ["hub"])
+    (tmp_path / "gateways").mkdir()
+    (tmp_path / "gateways" / "a.yaml").write_text("kind: Gateway\n")
+    control.write_text(
+        "operatorTLS: {ca: certs/ca.crt, cert: certs/hub/client.crt, key: certs/ca.crt}\n"
+    )
+    code, out = check(str(control))
+    assert code == 2 and f"{control}: operatorTLS.key: not a PEM private key" in out, out
+    control.write_text(
+        "operatorTLS: {ca: certs/ca.crt, cert: certs/hub/client.crt, key: certs/hub/client.key}\n"
+    )
+    code, out = check(str(control))
+    assert code == 0, out
+
+
+def test_the_help_names_the_offline_flag() -> None:
+    res = CliRunner().invoke(app, ["config", "check", "--help"])
+    assert res.exit_code == 0 and "--offline" in res.output
+    assert "open none of the files it names" in " ".join(res.output.split())

@@ -17,6 +17,13 @@ from typing import Any
 import pytest
 
 from gridroute.grid.launcher import leftover_pids
+from tests.demo.readme_sample import (
+    differences,
+    progress_phases,
+    readme_sample,
+    shape,
+    table_phases,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -65,6 +72,14 @@ def test_a_short_demo_runs_every_phase_and_cleans_up(tmp_path: Path) -> None:
     assert list((tmp_path / "tmp").iterdir()) == []
     assert plot.read_bytes()[:4] == b"\x89PNG"
     assert _leftovers(tmp_path) == []
+    # README.md's sample `make demo` output has this run's shape: the same kinds of
+    # line in the same order, the same phases and columns, the same sentences.
+    sample, live = readme_sample(), out.splitlines()
+    assert differences(shape(sample), shape(live)) == [], out
+    assert table_phases(live) == table_phases(sample)
+    phases = table_phases(live)  # 4 s phases: not every one gets a progress line
+    shown = progress_phases(live)
+    assert shown and shown == sorted(shown, key=phases.index), out
 
 
 def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:

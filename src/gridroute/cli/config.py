@@ -4,7 +4,10 @@
 overlay) from its top-level keys, or a TrafficMap object file or directory from its
 documents' `kind`, validates it with that kind's model through the one loader in
 `gridroute.config`, and checks that every file it names exists and is readable, so a
-process started later does not die on the first missing certificate. An overlay (JSON
+process started later does not die on the first missing certificate. With `--offline`
+(a config written for another machine) those files are not opened: each path is only
+checked to look like a file's path, and the summary names the fields left unopened.
+An overlay (JSON
 or YAML) is checked as a gateway would check it on reload, less the gateway's own
 backends (`gridroute overlay check FILE --gateway CONFIG` adds those). It lives above
 the process packages because it knows every kind of file they read.
@@ -13,7 +16,7 @@ the process packages because it knows every kind of file they read.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,7 +25,7 @@ import typer
 import yaml
 from pydantic import BaseModel
 
-from gridroute.config import ConfigError, read_mapping
+from gridroute.config import ConfigError, check_paths, read_mapping
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -33,12 +36,23 @@ app = typer.Typer(
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of config file: its model, its loader and a one-line summary."""
+    """One kind of config file: its model, its loader, a one-line summary and the files
+    a loaded one names (field -> path).
+
+    `load(path, files)` opens every file the config names when `files` is true, and
+    none when it is false (`--offline`); `files(path, loaded)` lists them for the
+    offline shape check and summary."""
 
     name: str
     model: Callable[[], type[BaseModel]]
-    load: Callable[[Path], Any]
+    load: Callable[[Path, bool], Any]
     summary: Callable[[Any], str]
+    files: Callable[[Path, Any], Mapping[str, str | Path | None]]
+
+
+def _no_files(path: Path, loaded: Any) -> dict[str, str | Path | None]:
+    """Overlays and TrafficMaps name no other file."""
+    return {}
 
 
 def _gateway_model() -> type[BaseModel]:
@@ -47,10 +61,17 @@ def _gateway_model() -> type[BaseModel]:
     return GatewayConfig
 
 
-def _gateway_load(path: Path) -> Any:
+def _gateway_load(path: Path, files: bool) -> Any:
     from gridroute.gateway.config import load_config
 
-    return load_config(path)
+    return load_config(path, files=files)
+
+
+def _gateway_files(path: Path, cfg: Any) -> dict[str, str | Path | None]:
+    from gridroute.gateway.config import named_files
+
+    overlay = {"overlay.file": cfg.overlay.file} if cfg.overlay is not None else {}
+    return {**named_files(cfg), **overlay}
 
 
 def _gateway_summary(cfg: Any) -> str:
@@ -64,10 +85,16 @@ def _operator_model() -> type[BaseModel]:
     return OperatorConfig
 
 
-def _operator_load(path: Path) -> Any:
+def _operator_load(path: Path, files: bool) -> Any:
     from gridroute.operator.config import load_config
 
-    return load_config(path)
+    return load_config(path, files=files)
+
+
+def _operator_files(path: Path, cfg: Any) -> dict[str, str | Path | None]:
+    from gridroute.operator.config import named_files
+
+    return dict(named_files(cfg))
 
 
 def _operator_summary(cfg: Any) -> str:
@@ -82,10 +109,16 @@ def _scenario_model() -> type[BaseModel]:
     return Scenario
 
 
-def _scenario_load(path: Path) -> Any:
+def _scenario_load(path: Path, files: bool) -> Any:
     from gridroute.sim.scenario import load_scenario
 
-    return load_scenario(path)
+    return load_scenario(path, files=files)
+
+
+def _scenario_files(path: Path, sc: Any) -> dict[str, str | Path | None]:
+    from gridroute.sim.scenario import named_files
+
+    return dict(named_files(read_mapping(path)))
 
 
 def _scenario_summary(sc: Any) -> str:
@@ -98,10 +131,16 @@ def _control_model() -> type[BaseModel]:
     return ControlConfig
 
 
-def _control_load(path: Path) -> Any:
+def _control_load(path: Path, files: bool) -> Any:
     from gridroute.control.config import check
 
-    return check(path)
+    return check(path, files=files)
+
+
+def _control_files(path: Path, loaded: Any) -> dict[str, str | Path | None]:
+    from gridroute.control.config import named_files
+
+    return dict(named_files(loaded))
 
 
 def _control_summary(loaded: Any) -> str:
@@ -114,7 +153,7 @@ def _overlay_model() -> type[BaseModel]:
     return Overlay
 
 
-def _overlay_load(path: Path) -> Any:
+def _overlay_load(path: Path, files: bool) -> Any:
     from gridroute.config import read_text
     from gridroute.wire.overlay import parse_overlay
 
@@ -150,7 +189,7 @@ def _trafficmap_model() -> type[BaseModel]:
     return TrafficMap
 
 
-def _trafficmap_load(path: Path) -> Any:
+def _trafficmap_load(path: Path, files: bool) -> Any:
     from gridroute.control.map_objects import check
 
     return check([path])
@@ -180,12 +219,18 @@ def holds_trafficmaps(path: Path) -> bool:
 
 
 KINDS: dict[str, Kind] = {
-    "gateway": Kind("gateway", _gateway_model, _gateway_load, _gateway_summary),
-    "operator": Kind("operator", _operator_model, _operator_load, _operator_summary),
-    "scenario": Kind("scenario", _scenario_model, _scenario_load, _scenario_summary),
-    "control": Kind("control", _control_model, _control_load, _control_summary),
-    "overlay": Kind("overlay", _overlay_model, _overlay_load, _overlay_summary),
-    "trafficmap": Kind("trafficmap", _trafficmap_model, _trafficmap_load, _trafficmap_summary),
+    "gateway": Kind("gateway", _gateway_model, _gateway_load, _gateway_summary, _gateway_files),
+    "operator": Kind(
+        "operator", _operator_model, _operator_load, _operator_summary, _operator_files
+    ),
+    "scenario": Kind(
+        "scenario", _scenario_model, _scenario_load, _scenario_summary, _scenario_files
+    ),
+    "control": Kind("control", _control_model, _control_load, _control_summary, _control_files),
+    "overlay": Kind("overlay", _overlay_model, _overlay_load, _overlay_summary, _no_files),
+    "trafficmap": Kind(
+        "trafficmap", _trafficmap_model, _trafficmap_load, _trafficmap_summary, _no_files
+    ),
 }
 
 
@@ -228,6 +273,16 @@ def check(
         str | None,
         typer.Option(help=f"{', '.join(KINDS)} (default: recognised from the keys)."),
     ] = None,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline",
+            help="For a config written for another machine: check its schema and values "
+            "but open none of the files it names (certificates, keys, token, overlay "
+            "files); each such path is only checked to look like a file's path. "
+            "Default: every named file must exist, be readable and load.",
+        ),
+    ] = False,
 ) -> None:
     """Validate a config file of any kind; name the field of every error (exit status 2)."""
     try:
@@ -244,11 +299,17 @@ def check(
         if kind not in KINDS:
             typer.echo(f"--kind: one of {', '.join(KINDS)}, got {kind!r}", err=True)
             raise typer.Exit(2)
-        loaded = KINDS[kind].load(file)
+        loaded = KINDS[kind].load(file, not offline)
+        named = {f: p for f, p in KINDS[kind].files(file, loaded).items() if p is not None}
+        if offline:
+            check_paths(str(file), named)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"{file}: ok ({KINDS[kind].summary(loaded)})")
+    summary = KINDS[kind].summary(loaded)
+    if offline and named:
+        summary += f"; offline, not opened: {', '.join(named)}"
+    typer.echo(f"{file}: ok ({summary})")
 
 
 @app.command("schema")

@@ -23,7 +23,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from gridroute.config import ConfigError, Problem, read_mapping
+from gridroute import tls
+from gridroute.config import ConfigError, Problem, check_files, read_mapping
 from gridroute.core.quantity import QuantityError, parse_quantity
 from gridroute.core.trafficmap import AllFailedPolicy, Mode
 
@@ -406,8 +407,36 @@ def load(path: Path) -> Loaded:
     return parse(read_mapping(path), str(path), path.parent)
 
 
-def check(path: Path) -> Loaded:
-    """`load`, with every refused service an error too (what `gridroute config check` runs)."""
+def named_files(loaded: Loaded) -> dict[str, Path | None]:
+    """Every file control.yaml names for reading, by field, relative paths taken from the
+    file's directory: the operators' client certificate and each workload Gateway file.
+    What it writes (`store`, `publish.directory`, `publish.overlay`) is not listed."""
+    files: dict[str, Path | None] = {}
+    t = loaded.config.operator_tls
+    if t is not None:
+        files |= {f"operatorTLS.{name}": loaded.path(getattr(t, name)) for name in TLS_FILES}
+    for cluster, gw in loaded.config.publish.workload_gateways.items():
+        if gw.file is not None:
+            files[f"publish.workloadGateways.{cluster}.file"] = loaded.path(gw.file)
+    return files
+
+
+TLS_FILES = ("ca", "cert", "key")
+
+
+def tls_blocks(loaded: Loaded) -> list[tls.TLSFiles]:
+    """The TLS context the control plane builds toward https operators, if any."""
+    t = loaded.config.operator_tls
+    if t is None:
+        return []
+    ca, cert, key = (tls.Pem(f"operatorTLS.{n}", loaded.path(getattr(t, n))) for n in TLS_FILES)
+    return [tls.TLSFiles(ca, cert, key)]
+
+
+def check(path: Path, *, files: bool = True) -> Loaded:
+    """`load`, with every refused service an error too (what `gridroute config check` runs);
+    with `files`, every file it reads exists and is readable, and the operators' client
+    certificate loads into a TLS context."""
     loaded = load(path)
     if loaded.refused:
         problems = []
@@ -416,4 +445,7 @@ def check(path: Path) -> Loaded:
                 field, _, reason = line.removeprefix(f"{path}: ").partition(": ")
                 problems.append(Problem(field, reason))
         raise ConfigError(str(path), problems)
+    if files:
+        check_files(str(path), named_files(loaded))
+        tls.check(str(path), tls_blocks(loaded))
     return loaded

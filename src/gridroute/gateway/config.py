@@ -190,9 +190,10 @@ class TracingConfig(_Frozen):
     service_name: str = "gridroute-gateway"
     """`service.name` resource attribute. Default: `gridroute-gateway`."""
     sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
-    """Fraction of requests traced (head sampling by trace id: a request is traced
-    whole or not at all). Exporting every request's spans takes the gateway's CPU per
-    request to 2-2.6x (bench/bench_observability.py), so a busy gateway samples, e.g. 0.01.
+    """Fraction of requests traced (head sampling, drawn per request as it starts: a
+    request is traced whole or not at all, and one not drawn costs no span). Exporting
+    every request's spans takes the gateway's CPU per request to 2-2.6x
+    (bench/bench_observability.py), so a busy gateway samples, e.g. 0.01.
     Default: 1 (every request)."""
 
 

@@ -93,6 +93,8 @@ def count(watch: OverlayWatch, choice: GroupDecision, first: bool, session: bool
 
 def trace(span: Any, choice: GroupDecision | None, table: RouteTable) -> None:
     """The decision's bounded attributes on the request's span (never a session id)."""
+    if not span.is_recording():  # not sampled: nothing would be kept
+        return
     span.set_attribute("grid.overlay.revision", table.index.revision)
     if choice is None:
         return

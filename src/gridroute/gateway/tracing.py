@@ -8,8 +8,14 @@
                                    grid.retry.reason, http.response.status_code)
 
 A request refused by the gateway itself (429 shed, 503 no site) has the root span only.
-With `tracing.sample_ratio` below 1 the root span's sampler decides per trace id; a
-request not sampled gets non-recording spans and skips setting their attributes.
+With `tracing.sample_ratio` below 1 each request is drawn at its start, before the SDK is
+called: one not drawn gets the invalid (non-recording) span and the SDK does nothing for
+it. The SDK's own ratio sampler would decide the same share by trace id, but only after
+making ids, a sampling result and a span object: 6-12 us per request not traced in a
+tight loop, 15-34 us in a live gateway, most of what tracing at 1 % cost (BENCHMARKS.md,
+"Where the 1 % row's time went"). The
+gateway is always the trace's root (it reads no `traceparent`), so no other process
+needs the decision to follow from the trace id.
 Off unless `tracing.otlp_endpoint` is set (or a tracer is injected, as tests do with
 the SDK's in-memory exporter). The `opentelemetry` packages come with the `tracing`
 extra and are imported only when tracing is on, so the request path costs one
@@ -18,6 +24,7 @@ extra and are imported only when tracing is on, so the request path costs one
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from gridroute.core import Decision, Policy
@@ -26,12 +33,22 @@ from gridroute.gateway.config import TracingConfig
 
 class RequestTracer:
     """Starts and ends the per-request spans on an OpenTelemetry `Tracer`; `provider`
-    (when this module made it) is flushed and shut down with the gateway."""
+    (when this module made it) is flushed and shut down with the gateway. A request is
+    traced with probability `sample_ratio`, drawn from `rng`; the tracer's own sampler
+    should then sample every span it is asked for (`make_tracer`'s does)."""
 
-    def __init__(self, tracer: Any, provider: Any = None) -> None:
+    def __init__(
+        self,
+        tracer: Any,
+        provider: Any = None,
+        sample_ratio: float = 1.0,
+        rng: random.Random | None = None,
+    ) -> None:
         from opentelemetry.trace import INVALID_SPAN, SpanKind, set_span_in_context
 
         self._unsampled = INVALID_SPAN
+        self._ratio = sample_ratio
+        self._draw = (rng or random.Random()).random
         self._tracer = tracer
         self._kind = SpanKind.SERVER
         self._client = SpanKind.CLIENT
@@ -76,6 +93,9 @@ class RequestTracer:
             self.provider.shutdown()
 
     def start(self, path: str, model: str, policy: Policy) -> Any:
+        """The request's root span, or the invalid span when it is not drawn."""
+        if self._ratio < 1.0 and self._draw() >= self._ratio:
+            return self._unsampled
         return self._tracer.start_span(
             "gridroute.route",
             kind=self._kind,
@@ -117,15 +137,17 @@ def make_tracer(cfg: TracingConfig) -> RequestTracer | None:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
     except ImportError as exc:  # pragma: no cover - depends on the installed extra
         raise RuntimeError(
             "tracing.otlp_endpoint is set but the tracing extra is not installed: "
             "pip install 'gridroute[tracing]'"
         ) from exc
+    # Every span the tracer is asked for (not OTEL_TRACES_SAMPLER's choice):
+    # RequestTracer.start has drawn the share already.
     provider = TracerProvider(
         resource=Resource.create({"service.name": cfg.service_name}),
-        sampler=ParentBased(TraceIdRatioBased(cfg.sample_ratio)),
+        sampler=ParentBased(ALWAYS_ON),
     )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=cfg.otlp_endpoint)))
-    return RequestTracer(provider.get_tracer("gridroute.gateway"), provider)
+    return RequestTracer(provider.get_tracer("gridroute.gateway"), provider, cfg.sample_ratio)

@@ -434,15 +434,26 @@ def parse_scenario(data: Any, file: str = "<scenario>") -> Scenario:
     return validate(Scenario, {} if data is None else data, file)
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, *, files: bool = True) -> Scenario:
     """Read and validate a scenario file, and the overlay file it names, if any (a
-    problem in that file is reported with that file's name and field)."""
+    problem in that file is reported with that file's name and field). Without
+    `files`, a named overlay file is not opened: the scenario is validated without
+    its overlay (`named_files` says which file was left out)."""
 
     def named_overlay(data: dict[str, Any]) -> dict[str, Any]:
         name = data.get("overlay")
         if not isinstance(name, str):
             return data
+        if not files:
+            return {**data, "overlay": None}
         where = Path(path).parent / name
         return {**data, "overlay": parse_overlay(read_text(where, "overlay"), str(where))}
 
     return load(path, Scenario, named_overlay)
+
+
+def named_files(data: dict[str, Any]) -> dict[str, str | None]:
+    """The file a scenario mapping names, by field, as written: its overlay file
+    (relative to the scenario; an inline overlay names none)."""
+    name = data.get("overlay")
+    return {"overlay": name} if isinstance(name, str) else {}
