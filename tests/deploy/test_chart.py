@@ -304,3 +304,21 @@ def test_the_defaults_alone_fail_naming_the_site() -> None:
     done = run_helm([])
     assert done.returncode != 0 and done.stdout == ""
     assert "'/site'" in done.stderr and "'/gateway/config': missing properties" in done.stderr
+
+
+@pytest.mark.parametrize("values", EXAMPLES, ids=ids)
+def test_helm_lint_strict_passes(values: Path) -> None:
+    done = subprocess.run([helm(), "lint", "--strict", str(CHART), "-f", str(values)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_walkthroughs_fake_backend_is_valid_and_is_what_one_site_routes_to() -> None:
+    objs = [d for d in yaml.safe_load_all((ROOT / "examples/kubernetes/fake-backend.yaml")
+            .read_text()) if d]  # fmt: skip
+    for obj in objs:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    service = one(objs, "Service")
+    url = f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:8000"
+    gw = GatewayConfig.model_validate(config_of(render(ONE), "gateway.yaml"))
+    assert [s.backend_url for s in gw.sites] == [url]
