@@ -322,3 +322,15 @@ def test_the_walkthroughs_fake_backend_is_valid_and_is_what_one_site_routes_to()
     url = f"http://{service['metadata']['name']}.{service['metadata']['namespace']}.svc:8000"
     gw = GatewayConfig.model_validate(config_of(render(ONE), "gateway.yaml"))
     assert [s.backend_url for s in gw.sites] == [url]
+
+
+def test_extra_volumes_are_mounted_in_the_container_and_its_config_check() -> None:
+    objs = render(ONE, "gateway.extraVolumes[0].name=nats",
+                  "gateway.extraVolumes[0].secret.secretName=nats-client",
+                  "gateway.extraVolumeMounts[0].name=nats",
+                  "gateway.extraVolumeMounts[0].mountPath=/etc/gridroute/nats")  # fmt: skip
+    kubernetes_validate.validate(one(objs, "Deployment", "-gateway"), K8S_VERSION, strict=True)
+    pod = one(objs, "Deployment", "-gateway")["spec"]["template"]["spec"]
+    assert {"name": "nats", "secret": {"secretName": "nats-client"}} in pod["volumes"]
+    for c in pod["containers"] + pod["initContainers"]:
+        assert {"name": "nats", "mountPath": "/etc/gridroute/nats"} in c["volumeMounts"]
