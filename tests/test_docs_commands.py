@@ -44,6 +44,11 @@ KINDS = {"sh", "python", "text", "yaml"}
 SELF_ACTIVATING = {"README.md", "docs/quickstart.md"}
 PAGE_TIMEOUT_S = 300  # a bound for a loaded machine; a page takes 10-40 s
 
+KUBE = (
+    "needs a live Kubernetes cluster, which cannot run here (docs/kubernetes.md says so); "
+    "tests/deploy/ renders and validates everything it installs"
+)
+
 NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "make demo"): "make test would run this test again; make demo runs 75 s "
     "(tests/e2e/test_demo_cli.py runs the demo, smaller, and holds this README's sample "
@@ -56,6 +61,14 @@ NOT_RUN: dict[tuple[str, str], str] = {
     "(tests/e2e/test_demo_cli.py runs --duration 0 --serve)",
     ("docs/quickstart.md", "gridroute sim run examples/scenarios/partition-return.yaml "
      "--live"): "minutes of real traffic (tests/grid/test_scenario_run.py)",
+    ("docs/kubernetes.md", "kind create cluster --name grid"): KUBE,
+    ("docs/kubernetes.md", "kubectl apply -f examples/kubernetes/fake-backend.yaml"): KUBE,
+    ("docs/kubernetes.md", "kubectl create namespace grid"): KUBE,
+    ("docs/kubernetes.md", "helm install hub deploy/kubernetes/gridroute -n grid"): KUBE,
+    ("docs/kubernetes.md",
+     "kubectl -n grid port-forward svc/hub-gridroute-gateway 8080:8080 &"): KUBE,
+    ("docs/kubernetes.md", "helm upgrade hub deploy/kubernetes/gridroute -n grid"): KUBE,
+    ("docs/kubernetes.md", "for site in hub west east; do"): KUBE,
 }  # fmt: skip
 
 PRELUDE = {

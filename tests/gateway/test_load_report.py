@@ -50,3 +50,18 @@ def test_a_reader_no_scrape_carries_adds_itself_to_the_sums() -> None:
     load = rep.load(read({"hub": GatewaySums(10.0, 1, {"hub/p": 6.0})}), now=10.0)
     assert load is not None
     assert (load.gateways, dict(load.in_flight)) == (2, {"hub/p": 8.0})
+
+
+def test_a_pods_gateway_id_names_the_pod_and_replicas_stay_distinct(monkeypatch) -> None:
+    from gridroute.gateway.load_report import POD_NAME_ENV, gateway_id
+    from gridroute.wire.gateway_report import valid_gateway_id
+
+    monkeypatch.setenv(POD_NAME_ENV, "west-gridroute-gateway-7d9f8b6c5d-x2k4q")
+    ids = {gateway_id(0) for _ in range(50)}
+    assert len(ids) == 50 and all(valid_gateway_id(i) for i in ids)
+    assert all(i.startswith("gw-west-gridroute-gateway-7d9f8b6c5d-x2k4q-0-") for i in ids)
+    monkeypatch.setenv(POD_NAME_ENV, "p" * 80 + "-tail")  # longer than a label: cut
+    long_id = gateway_id(3)
+    assert valid_gateway_id(long_id) and "p-tail-3-" in long_id and len(long_id) <= 63
+    monkeypatch.delenv(POD_NAME_ENV)
+    assert valid_gateway_id(gateway_id(1)) and gateway_id(1).startswith("gw-")

@@ -11,6 +11,7 @@ every site's gateway sums; `load` turns them and what was just reported into the
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,10 +21,17 @@ from gridroute.gateway.current import CurrentGrid
 from gridroute.wire.gateway_report import GATEWAY_HEADER, IN_FLIGHT_HEADER, render_in_flight
 from gridroute.wire.signals import Decoded
 
+POD_NAME_ENV = "GRIDROUTE_POD_NAME"
+"""The pod's name, where the chart sets it (downward API): each replica of a site's
+gateway Deployment is then one gateway identity named after its pod."""
+
 
 def gateway_id(worker: int) -> str:
-    """A steady id for this worker's life: pid, worker index and a random tag."""
-    return f"gw-{os.getpid()}-{worker}-{secrets.token_hex(3)}"
+    """A steady id for this worker's life: the pod's name (`GRIDROUTE_POD_NAME`) or the
+    pid, the worker index and a random tag; at most 63 characters (`valid_gateway_id`).
+    In a container every replica's pid is alike, the tag still tells them apart."""
+    pod = re.sub(r"[^A-Za-z0-9._-]", "-", os.environ.get(POD_NAME_ENV, ""))[-48:].strip("-.")
+    return f"gw-{pod or os.getpid()}-{worker}-{secrets.token_hex(3)}"
 
 
 class LoadReport:
