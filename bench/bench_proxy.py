@@ -236,7 +236,11 @@ http {{
     return [exe, "-c", str(conf), "-p", str(tmp)]
 
 
-def gridroute_args(tmp: Path, port: int, backend: int, metrics: int, workers: int = 1) -> list[str]:
+def gridroute_args(
+    tmp: Path, port: int, backend: int, metrics: int, workers: int = 1, *, dataplane: bool = False
+) -> list[str]:
+    """gridroute's command line and config; `dataplane` serves the routed paths on the
+    raw-protocol listener (`listener.dataplane`)."""
     url = f"http://127.0.0.1:{backend}"
     cfg = tmp / f"gateway-{port}.yaml"
     sites = "\n".join(f"  - {{name: {s}, backend_url: '{url}'}}" for s in ("hub", "west", "east"))
@@ -245,6 +249,7 @@ def gridroute_args(tmp: Path, port: int, backend: int, metrics: int, workers: in
         f"operator: {{url: '{url}', poll_interval_s: 1.0}}\n"
         f"sites:\n{sites}\nmodels: [{{name: m}}]\n"
         f"metrics: {{listen: '127.0.0.1:{metrics}'}}\n"
+        + ("listener: {dataplane: true}\n" if dataplane else "")
     )
     return [str(Path(PY).with_name("gridroute")), "gateway", "--config", str(cfg)]
 
