@@ -429,15 +429,20 @@ class Conn(asyncio.Protocol):
     # -- timers -----------------------------------------------------------------------
 
     def _arm(self, after_s: float) -> None:
-        """Move the deadline to `after_s` from now (the one timer re-arms lazily)."""
+        """Move the deadline to `after_s` from now. The one timer is set at most the
+        shortest of the three timeouts ahead, so a later deadline never needs it moved
+        earlier (no cancel + re-arm per request): it fires, sees the deadline ahead,
+        and re-arms for what is left."""
         now = self.loop.time()
         self.deadline = now + after_s
         t = self._timer
-        if t is not None and t.when() > self.deadline:
+        if t is not None and t.when() > self.deadline:  # a deadline shorter than all three
             t.cancel()
             t = self._timer = None
         if t is None:
-            self._timer = self.loop.call_at(self.deadline, self._tick)
+            s = self.gw.guard.settings
+            first = min(after_s, s.header_timeout_s, s.body_timeout_s, s.keepalive_timeout_s)
+            self._timer = self.loop.call_at(now + first, self._tick)
 
     def _tick(self) -> None:
         self._timer = None
@@ -446,7 +451,9 @@ class Conn(asyncio.Protocol):
             return  # an answer under way has no client-side deadline; re-armed after
         now = self.loop.time()
         if now < self.deadline:
-            self._timer = self.loop.call_at(self.deadline, self._tick)
+            s = self.gw.guard.settings
+            first = min(s.header_timeout_s, s.body_timeout_s, s.keepalive_timeout_s)
+            self._timer = self.loop.call_at(min(self.deadline, now + first), self._tick)
             return
         errors = self.gw.client_errors
         if state is State.IDLE:
