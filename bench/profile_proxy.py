@@ -46,7 +46,7 @@ LAYERS = [
     ("body read + `model` parse", ["request_body.py", "read_body (", "json/", "read_model ("]),
     ("upstream client (request write, answer parse)", ["gateway/upstream.py", "httptools"]),
     (
-        "response objects + writes (aiohttp)",
+        "response objects + writes (aiohttp; the data plane's _relay)",
         ["_relay (", "_fill_headers (", "web_response.py", "http_writer.py", "finish_response"],
     ),
     (
@@ -88,7 +88,7 @@ LAYERS = [
             "aiohttp/client",
         ],
     ),
-    ("data-plane listener (gateway/dataplane.py)", ["dataplane.py"]),
+    ("data-plane listener (gateway/dataplane/)", ["gateway/dataplane/"]),
 ]
 LOOP = "event loop (uvloop: epoll, socket reads, callbacks) and the rest"
 

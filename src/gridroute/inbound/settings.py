@@ -39,7 +39,7 @@ class ListenerSettings(BaseModel):
     `too_many_connections` and closed. Default: 4096 (keep it under `ulimit -n`)."""
     dataplane: bool = False
     """Serve the routed OpenAI paths (`POST /v1/chat/completions` and the others) on
-    the raw-protocol listener (`gateway/dataplane.py`): the same request flow and the
+    the raw-protocol listener (`gateway/dataplane/`): the same request flow and the
     same bounds as above, without aiohttp's request and response objects; every other
     request, and any request it does not take (chunked body, `Expect`, an unusual
     head), goes to the aiohttp listener on the same connection. Default: off."""
