@@ -33,6 +33,7 @@ and on the tracer, next to the routing decision itself (`decide`, three sites).
 
     .venv/bin/python bench/bench_observability.py [--rounds 3] [--seconds 3] [--rate R]
     .venv/bin/python bench/bench_observability.py --only off,metrics+tracing   # a subset
+    .venv/bin/python bench/bench_observability.py --dataplane   # on listener.dataplane
 """
 
 from __future__ import annotations
@@ -72,8 +73,11 @@ TRACED = {"metrics+tracing": 1.0, "metrics+tracing 1%": 0.01, "metrics+tracing 0
 SCRAPE_INTERVAL_S = 1.0
 
 
-def gateway_args(tmp: Path, name: str, port: int, backend: int, sink: int) -> tuple[list[str], int]:
-    """The gateway's command line for `name`, and its metrics port (0: none)."""
+def gateway_args(
+    tmp: Path, name: str, port: int, backend: int, sink: int, dataplane: bool = False
+) -> tuple[list[str], int]:
+    """The gateway's command line for `name`, and its metrics port (0: none); with
+    `dataplane`, on the data-plane listener (`listener.dataplane`)."""
     url = f"http://127.0.0.1:{backend}"
     sites = "\n".join(f"  - {{name: {s}, backend_url: '{url}'}}" for s in ("hub", "west", "east"))
     text = (
@@ -81,6 +85,7 @@ def gateway_args(tmp: Path, name: str, port: int, backend: int, sink: int) -> tu
         f"operator: {{url: '{url}', poll_interval_s: 1.0}}\n"
         f"sites:\n{sites}\nmodels: [{{name: m}}]\n"
         "shutdown_drain_s: 0\nshutdown_grace_s: 1\n"  # the load has stopped by then
+        + ("listener: {dataplane: true}\n" if dataplane else "")
     )
     metrics = 0
     if name != "off":
@@ -176,7 +181,7 @@ class Run:
 
 def one_run(tmp: Path, name: str, backend: int, sink: int, a: argparse.Namespace) -> Run:
     port = free_port()
-    args, metrics = gateway_args(tmp, name, port, backend, sink)
+    args, metrics = gateway_args(tmp, name, port, backend, sink, a.dataplane)
     spans0 = sink_spans(sink)
     log = tmp / f"{Path(args[-1]).stem}.log"
     with log.open("wb") as out:
@@ -356,6 +361,7 @@ def main() -> None:
     )
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--n", type=int, default=40_000, help="calls in the micro section")
+    ap.add_argument("--dataplane", action="store_true", help="gateways on the data plane")
     ap.add_argument(
         "--only",
         default=",".join(NAMES),

@@ -10,10 +10,12 @@ this load generator share core 1. Measured for each target:
 
 Targets: direct (no proxy), the plain aiohttp+uvloop baseline (baseline_proxy.py),
 gridroute (routing on live signals from three sites, own-load accounting, metrics
-listener on, health probes on), nginx as a plain keep-alive reverse proxy (installed
+listener on, health probes on, listener bounds on) on aiohttp's listener and on the
+data-plane listener (`listener.dataplane`), nginx as a plain keep-alive reverse proxy (installed
 with apt-get when missing) and LiteLLM's proxy (installed into its own venv under /tmp
 when missing; skipped, with the reason printed, when that fails). Ratios are printed
-against the baseline. bench_sse.py and bench_workers.py reuse these pieces.
+against the baseline and against nginx, for each gridroute listener. bench_sse.py and
+bench_workers.py reuse these pieces.
 
     .venv/bin/python bench/bench_proxy.py [--seconds 5] [--connections 64]
 """
@@ -32,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -236,7 +239,11 @@ http {{
     return [exe, "-c", str(conf), "-p", str(tmp)]
 
 
-def gridroute_args(tmp: Path, port: int, backend: int, metrics: int, workers: int = 1) -> list[str]:
+def gridroute_args(
+    tmp: Path, port: int, backend: int, metrics: int, workers: int = 1, *, dataplane: bool = False
+) -> list[str]:
+    """gridroute's command line and config; `dataplane` serves the routed paths on the
+    raw-protocol listener (`listener.dataplane`)."""
     url = f"http://127.0.0.1:{backend}"
     cfg = tmp / f"gateway-{port}.yaml"
     sites = "\n".join(f"  - {{name: {s}, backend_url: '{url}'}}" for s in ("hub", "west", "east"))
@@ -245,6 +252,7 @@ def gridroute_args(tmp: Path, port: int, backend: int, metrics: int, workers: in
         f"operator: {{url: '{url}', poll_interval_s: 1.0}}\n"
         f"sites:\n{sites}\nmodels: [{{name: m}}]\n"
         f"metrics: {{listen: '127.0.0.1:{metrics}'}}\n"
+        + ("listener: {dataplane: true}\n" if dataplane else "")
     )
     return [str(Path(PY).with_name("gridroute")), "gateway", "--config", str(cfg)]
 
@@ -313,6 +321,9 @@ def proxy_targets(
     out.append(Target("aiohttp baseline", base, p))
     p, m = free_port(), free_port()
     out.append(Target("gridroute", gridroute_args(tmp, p, backend, m), p, None, 1.5, m))
+    p, m = free_port(), free_port()
+    args = gridroute_args(tmp, p, backend, m, dataplane=True)
+    out.append(Target("gridroute dataplane", args, p, None, 1.5, m))
     exe = ensure_nginx() if nginx else None
     if exe:
         p = free_port()
@@ -421,6 +432,29 @@ def print_paths(metrics_port: int) -> None:
     print("gridroute selections by path: " + ", ".join(paths), flush=True)
 
 
+def print_ratios(rows: list[Any], rate: str, cpu: str) -> None:
+    """Each gridroute listener against the baseline and against nginx (same run)."""
+    by = {r.name: r for r in rows}
+    print()
+    for name in ("gridroute", "gridroute dataplane"):
+        g = by.get(name)
+        if g is None or not g.cpu_us:
+            continue
+        for other in ("aiohttp baseline", "nginx"):
+            o = by.get(other)
+            if o is None or not o.cpu_us:
+                continue
+            g_rate, o_rate = rates(g), rates(o)
+            print(
+                f"{name + ' / ' + ('baseline' if other != 'nginx' else 'nginx') + ':':<34}"
+                f"{g_rate / o_rate:5.2f}x {rate}, {g.cpu_us / o.cpu_us:5.2f}x {cpu}"
+            )
+
+
+def rates(row: Any) -> float:
+    return float(getattr(row, "rps", None) or getattr(row, "streams_s", 0.0))
+
+
 def report(rows: list[Row], a: argparse.Namespace) -> None:
     by = {r.name: r for r in rows}
     base = by.get("aiohttp baseline")
@@ -430,7 +464,7 @@ def report(rows: list[Row], a: argparse.Namespace) -> None:
         f"{a.seconds:.0f} s per target\n"
     )
     head = (
-        f"{'target':<18}{'req/s':>9}{'CPU us/req':>12}{'vs baseline':>13}"
+        f"{'target':<21}{'req/s':>9}{'CPU us/req':>12}{'vs baseline':>13}"
         f"{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}{'errors':>8}"
     )
     print(head)
@@ -439,20 +473,11 @@ def report(rows: list[Row], a: argparse.Namespace) -> None:
         ratio = f"{r.rps / base.rps:.2f}x" if base else "-"
         cpu = f"{r.cpu_us:.0f}" if r.cpu_us is not None else "-"
         print(
-            f"{r.name:<18}{r.rps:>9.0f}{cpu:>12}{ratio:>13}{r.p50_ms:>9.3f}{r.p99_ms:>9.3f}"
+            f"{r.name:<21}{r.rps:>9.0f}{cpu:>12}{ratio:>13}{r.p50_ms:>9.3f}{r.p99_ms:>9.3f}"
             f"{r.p50_ms - direct.p50_ms:>9.3f}{r.p99_ms - direct.p99_ms:>9.3f}{r.errors:>8}"
         )
-    g, n, ll = by.get("gridroute"), by.get("nginx"), by.get("litellm")
-    if g and base and g.cpu_us and base.cpu_us:
-        print(
-            f"\ngridroute / baseline: {g.rps / base.rps:.2f}x req/s, "
-            f"{g.cpu_us / base.cpu_us:.2f}x CPU per request"
-        )
-    if g and n and g.cpu_us and n.cpu_us:
-        print(
-            f"gridroute / nginx:    {g.rps / n.rps:.2f}x req/s, "
-            f"{g.cpu_us / n.cpu_us:.1f}x CPU per request"
-        )
+    g, ll = by.get("gridroute"), by.get("litellm")
+    print_ratios(rows, "req/s", "CPU per request")
     if g and ll and g.cpu_us and ll.cpu_us:
         print(
             f"gridroute / LiteLLM:  {g.rps / ll.rps:.1f}x req/s, "

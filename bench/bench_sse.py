@@ -41,6 +41,7 @@ from bench_proxy import (
     Target,
     drive,
     free_port,
+    print_ratios,
     proxy_targets,
     request_bytes,
     rss_kib,
@@ -294,19 +295,20 @@ def report(fast_rows: list[FastRow], slow_rows: list[SlowRow], a: argparse.Names
         f"{a.connections} connections, {a.events} events + [DONE] per stream, "
         f"{a.seconds:.0f} s per target\n"
     )
-    head = f"{'target':<18}{'streams/s':>11}{'CPU us/stream':>15}{'vs baseline':>13}{'errors':>8}"
+    head = f"{'target':<21}{'streams/s':>11}{'CPU us/stream':>15}{'vs baseline':>13}{'errors':>8}"
     print(head + "\n" + "-" * len(head))
     for r in fast_rows:
         ratio = f"{r.streams_s / base.streams_s:.2f}x" if base else "-"
         cpu = f"{r.cpu_us:.0f}" if r.cpu_us is not None else "-"
-        print(f"{r.name:<18}{r.streams_s:>11.0f}{cpu:>15}{ratio:>13}{r.errors:>8}")
+        print(f"{r.name:<21}{r.streams_s:>11.0f}{cpu:>15}{ratio:>13}{r.errors:>8}")
+    print_ratios(fast_rows, "streams/s", "CPU per stream")
     direct = next((r for r in slow_rows if r.name == "direct"), None)
     print(
         f"\nslow streams: {a.streams} open at once, one event every {a.interval * 1e3:.0f} ms "
         f"each, {a.hold:.0f} s measured; delay = backend write to generator read\n"
     )
     head = (
-        f"{'target':<18}{'open':>6}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}"
+        f"{'target':<21}{'open':>6}{'p50 ms':>9}{'p99 ms':>9}{'+p50 ms':>9}{'+p99 ms':>9}"
         f"{'gap p99 ms':>12}{'KiB/stream':>12}{'events':>9}{'errors':>8}"
     )
     print(head + "\n" + "-" * len(head))
@@ -315,7 +317,7 @@ def report(fast_rows: list[FastRow], slow_rows: list[SlowRow], a: argparse.Names
         add99 = r.p99_ms - direct.p99_ms if direct else float("nan")
         kib = f"{r.rss_kib_per_stream:.1f}" if r.rss_kib_per_stream is not None else "-"
         print(
-            f"{r.name:<18}{r.opened:>6}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{add50:>9.2f}"
+            f"{r.name:<21}{r.opened:>6}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{add50:>9.2f}"
             f"{add99:>9.2f}{r.gap_p99_ms:>12.2f}{kib:>12}{r.events:>9}{r.errors:>8}"
         )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.prometheus_package import PrometheusBinaries, binaries
@@ -11,3 +13,16 @@ from tests.prometheus_package import PrometheusBinaries, binaries
 def prometheus_binaries() -> PrometheusBinaries:
     """`prometheus` and `promtool` from Debian's package (installed when root), or skip."""
     return binaries()
+
+
+@pytest.fixture(params=["aiohttp", "dataplane"])
+def each_listener(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test once per API listener (`running_grid` reads the choice)."""
+    from tests.gateway import harness
+
+    before = harness.listener_kind
+    harness.listener_kind = request.param
+    try:
+        yield request.param
+    finally:
+        harness.listener_kind = before

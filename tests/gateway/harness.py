@@ -22,10 +22,17 @@ from gridroute.fakeserver.server import RunningFakeServer, start_fake_server
 from gridroute.fakeserver.settings import FakeServerConfig
 from gridroute.gateway.app import create_app
 from gridroute.gateway.config import GatewayConfig
+from gridroute.gateway.dataplane import DataPlane
 from gridroute.gateway.runtime import Gateway
+from gridroute.gateway.serve import start_listener
 from gridroute.inbound.guard import GuardedRunner
 
 MODEL = "m"
+
+LISTENERS = ("aiohttp", "dataplane")
+"""The API listeners a test can run against (`listener.dataplane` off and on)."""
+listener_kind = "aiohttp"
+"""Which one `running_grid` starts (the `each_listener` fixture sets it)."""
 
 
 @dataclass
@@ -35,6 +42,8 @@ class Grid:
     servers: dict[str, RunningFakeServer]
     runner: web.AppRunner
     clients: list[openai.AsyncOpenAI] = field(default_factory=list)
+    plane: DataPlane | None = None
+    """The data-plane listener when the grid runs on it."""
 
     def client(self, **kw: Any) -> openai.AsyncOpenAI:
         """An official client pointed at the gateway (closed with the grid)."""
@@ -88,20 +97,23 @@ async def running_grid(
         else:
             servers[name] = await start_fake_server(spec)
             urls[name] = servers[name].url
+    if listener_kind == "dataplane":
+        overrides["listener"] = {**overrides.get("listener", {}), "dataplane": True}
     gw = Gateway(config(urls, site_extra, **overrides))
     runner = GuardedRunner(
         create_app(gw), guard=gw.guard, handler_cancellation=True, access_log=None
     )
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    grid = Grid(gw, f"http://127.0.0.1:{port}", servers, runner)
+    plane = await start_listener(gw, runner, "127.0.0.1", 0)
+    port = (runner.addresses if plane is None else plane.addresses)[0][1]
+    grid = Grid(gw, f"http://127.0.0.1:{port}", servers, runner, plane=plane)
     try:
         yield grid
     finally:
         for c in grid.clients:
             await c.close()
+        if plane is not None:
+            await plane.shutdown(0.0)
         await runner.cleanup()
         for srv in servers.values():
             await srv.close()

@@ -10,6 +10,8 @@ import pytest
 
 from tests.gateway.harness import MODEL, fake, run, running_grid
 
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
+
 CHAT = [{"role": "user", "content": "hello"}]
 
 

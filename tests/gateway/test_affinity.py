@@ -6,7 +6,11 @@ from __future__ import annotations
 import collections
 from random import Random
 
+import pytest
+
 from tests.gateway.harness import MODEL, fake, run, running_grid
+
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
 
 CHAT = [{"role": "user", "content": "hello"}]
 

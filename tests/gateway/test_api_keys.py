@@ -14,6 +14,8 @@ from gridroute.gateway.api_keys import ApiKeys, KeysFileError
 from gridroute.gateway.app import create_metrics_app
 from tests.gateway.harness import MODEL, fake, run, running_grid
 
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
+
 GOOD = "sk-good-0123456789abcdef"
 WRONG = "sk-wrong-0123456789abcdef"
 CHAT = [{"role": "user", "content": "hi"}]

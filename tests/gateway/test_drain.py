@@ -27,7 +27,9 @@ def _post(conn: http.client.HTTPConnection, body: dict[str, object]) -> http.cli
     return conn.getresponse()
 
 
-def test_sigterm_drains_without_resetting_kept_alive_clients(tmp_path: Path) -> None:
+def test_sigterm_drains_without_resetting_kept_alive_clients(
+    tmp_path: Path, each_listener: str
+) -> None:
     cfg = tmp_path / "gateway.yaml"
     fake_args = ["fake-server", "--model", "m", "--service-ms", "1", "--per-token-ms", "150"]
     with running(fake_args) as fake:
@@ -40,6 +42,7 @@ def test_sigterm_drains_without_resetting_kept_alive_clients(tmp_path: Path) -> 
                     "health": {"enabled": False},
                     "shutdown_drain_s": 3,
                     "shutdown_grace_s": 20,
+                    "listener": {"dataplane": each_listener == "dataplane"},
                 }
             )
         )

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gridroute.core.ejection import Ejections
 from tests.gateway.backends import closed_port
 from tests.gateway.harness import MODEL, fake, run, running_grid
+
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
 
 CHAT = [{"role": "user", "content": "hello"}]
 FIRST = {"models": [{"name": MODEL, "policy": "first"}]}

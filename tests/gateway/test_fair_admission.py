@@ -13,8 +13,11 @@ import contextlib
 import json
 
 import aiohttp
+import pytest
 
 from tests.gateway.harness import MODEL, Grid, fake, run, running_grid
+
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
 
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
 SLOTS = 2

@@ -16,6 +16,8 @@ from tests.gateway.backends import echo_app, serve
 from tests.gateway.harness import MODEL, fake, run, running_grid
 from tests.inbound.rawhttp import exchange, post
 
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
+
 
 def _error(answer: Any, status: int) -> dict[str, Any]:
     assert answer is not None and answer.status == status, answer

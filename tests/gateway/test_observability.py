@@ -18,6 +18,8 @@ from gridroute.gateway.tracing import RequestTracer
 from tests.gateway.backends import serve
 from tests.gateway.harness import MODEL, eventually, fake, run, running_grid
 
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
+
 CHAT = [{"role": "user", "content": "hello"}]
 SITE_GAUGES = (
     "grid_route_site_ceiling_soft",

@@ -18,6 +18,8 @@ from gridroute.fakeserver.settings import FakeServerConfig
 from tests.gateway.backends import closed_port, serve
 from tests.gateway.harness import MODEL, eventually, run, running_grid
 
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
+
 trace_service = pytest.importorskip(
     "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
     reason="opentelemetry-proto is not installed (the tracing extra)",

@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.gateway.harness import MODEL, Grid, fake, run, running_grid
+
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
 

@@ -19,6 +19,8 @@ from gridroute.core import Health, Sample
 from tests.gateway.backends import breaking_app, closed_port, echo_app, serve, stalling_app
 from tests.gateway.harness import MODEL, eventually, fake, run, running_grid
 
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
+
 CHAT = [{"role": "user", "content": "hello"}]
 
 

@@ -15,6 +15,8 @@ from gridroute.inbound.client_errors import Kind
 from tests.gateway.harness import fake, run, running_grid
 from tests.inbound.rawhttp import closed, connect, exchange, post, read_answer
 
+pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
+
 FAST = {
     "header_timeout_s": 0.3,
     "body_timeout_s": 0.3,

@@ -66,7 +66,10 @@ class ApiKeys:
 
     def allows(self, request: web.BaseRequest) -> bool:
         """True when the request carries `Authorization: Bearer <one of the keys>`."""
-        header = request.headers.get("Authorization", "")
+        return self.allows_header(request.headers.get("Authorization", ""))
+
+    def allows_header(self, header: str) -> bool:
+        """True when `header` (an `Authorization` value) is `Bearer <one of the keys>`."""
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer":
             return False

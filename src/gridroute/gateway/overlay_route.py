@@ -21,9 +21,8 @@ client and to metrics and traces is bounded evidence of each choice: `x-grid-pro
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
-
-from aiohttp import web
 
 from gridroute.core.group_route import GroupDecision, RouteTable
 from gridroute.core.overlay_request import OverlayRequest
@@ -31,11 +30,11 @@ from gridroute.gateway.overlay_watch import OverlayWatch
 from gridroute.gateway.runtime import Gateway
 
 
-def _session(gw: Gateway, request: web.Request, body: bytes) -> str | None:
+def _session(gw: Gateway, headers: Mapping[str, str], body: bytes) -> str | None:
     header = gw.affinity_header
     if header is None:
         return None
-    value = request.headers.get(header)
+    value = headers.get(header)
     if value:
         return value
     if not gw.cfg.affinity.user_field or b'"user"' not in body:
@@ -49,10 +48,11 @@ def _session(gw: Gateway, request: web.Request, body: bytes) -> str | None:
 
 
 def request_for(
-    gw: Gateway, request: web.Request, body: bytes, model: str, t0: float
+    gw: Gateway, headers: Mapping[str, str], body: bytes, model: str, t0: float
 ) -> tuple[OverlayRequest, str | None] | None:
-    """The overlay inputs of this request and its session key; None when the overlay
-    does not name `model` (the config's `models:` routing applies)."""
+    """The overlay inputs of this request (`headers`: its headers, case-insensitive)
+    and its session key; None when the overlay does not name `model` (the config's
+    `models:` routing applies)."""
     watch = gw.overlay
     if watch is None or not watch.routes(model):
         return None
@@ -60,7 +60,7 @@ def request_for(
     table = watch.table(current.health)
     if table is None:  # pragma: no cover - routes() said an overlay is serving
         return None
-    session = _session(gw, request, body)
+    session = _session(gw, headers, body)
     bound = current.affinity.get(session, t0) if session else None
     cfg = gw.cfg.overlay
     attempts = cfg.max_attempts if cfg is not None else 1

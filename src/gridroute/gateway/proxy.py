@@ -23,7 +23,7 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 
 from aiohttp import web
 
@@ -75,9 +75,8 @@ def error_response(status: int, body: bytes, retry_after: int | None = None) -> 
     return web.Response(status=status, body=body, content_type=errs.CONTENT_TYPE, headers=headers)
 
 
-def _strip_set(request: web.Request) -> frozenset[str]:
-    """Hop-by-hop headers, plus any the client's `Connection` header names."""
-    conn = request.headers.get("Connection")
+def _strip_set(conn: str | None) -> frozenset[str]:
+    """Hop-by-hop headers, plus any the client's `Connection` header (`conn`) names."""
     if not conn:
         return _HOP_BY_HOP
     extra = {t.strip().lower() for t in conn.split(",")} - {"close", "keep-alive", ""}
@@ -86,9 +85,17 @@ def _strip_set(request: web.Request) -> frozenset[str]:
 
 def forward_headers(request: web.Request) -> list[tuple[str, str]]:
     """The client's headers minus hop-by-hop ones and every `x-grid-*`."""
-    strip = _strip_set(request)
+    return forward_header_list(request.headers.items(), request.headers.get("Connection"))
+
+
+def forward_header_list(
+    headers: Iterable[tuple[str, str]], connection: str | None
+) -> list[tuple[str, str]]:
+    """`headers` (in order, as sent) minus hop-by-hop ones, those `connection` (the
+    `Connection` header's value) names, and every `x-grid-*`."""
+    strip = _strip_set(connection)
     out: list[tuple[str, str]] = []
-    for k, v in request.headers.items():
+    for k, v in headers:
         lk = k.lower()
         if lk in strip or lk.startswith("x-grid-"):
             continue
@@ -96,26 +103,40 @@ def forward_headers(request: web.Request) -> list[tuple[str, str]]:
     return out
 
 
-def refuse(d: Decision) -> web.Response:
+Answer = tuple[int, bytes, int | None]
+"""One of the gateway's own answers: status, OpenAI error body, Retry-After (or None)."""
+
+
+def refusal(d: Decision) -> Answer:
     """The gateway's own answer when a decision routes nowhere (seed PR, "Errors").
 
     `Retry-After` is the core's (`Decision.retry_after_s`, set on shed and no-site)."""
     if d.outcome is Outcome.SHED:
-        return error_response(429, errs.SHED, d.retry_after_s)
+        return 429, errs.SHED, d.retry_after_s
     if d.outcome is Outcome.UNKNOWN_MODEL:
-        return error_response(404, errs.MODEL_NOT_FOUND)
-    return error_response(503, errs.NO_HEALTHY_SITE, d.retry_after_s)
+        return 404, errs.MODEL_NOT_FOUND, None
+    return 503, errs.NO_HEALTHY_SITE, d.retry_after_s
 
 
-def give_up(step: GiveUp) -> web.Response:
+def given_up(step: GiveUp) -> Answer:
     """The answer when the last attempt failed before the backend answered: 503
     `no_healthy_site` + Retry-After for a last resort (every site judged down), else
     504 for a timeout and 502 for the rest."""
     if step.status == 503:
-        return error_response(503, errs.NO_HEALTHY_SITE, step.retry_after_s)
+        return 503, errs.NO_HEALTHY_SITE, step.retry_after_s
     if step.status == 504:
-        return error_response(504, errs.UPSTREAM_TIMEOUT)
-    return error_response(step.status, errs.UPSTREAM_FAILED)
+        return 504, errs.UPSTREAM_TIMEOUT, None
+    return step.status, errs.UPSTREAM_FAILED, None
+
+
+def refuse(d: Decision) -> web.Response:
+    """`refusal` as an aiohttp response."""
+    return error_response(*refusal(d))
+
+
+def give_up(step: GiveUp) -> web.Response:
+    """`given_up` as an aiohttp response."""
+    return error_response(*given_up(step))
 
 
 async def read_model(request: web.Request, gw: Gateway) -> tuple[bytes, str] | web.Response:
@@ -167,7 +188,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     status = 0
     attempts = 0
     sent: list[float] = []  # when each attempt was handed to a backend (added latency)
-    by_overlay = overlay_route.request_for(gw, request, body, model, t0)
+    by_overlay = overlay_route.request_for(gw, request.headers, body, model, t0)
     overlay: OverlayRequest | None = None
     watch = gw.overlay
     choice: GroupDecision | None = None

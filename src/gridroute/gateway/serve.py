@@ -27,8 +27,9 @@ from pathlib import Path
 from aiohttp import web
 
 from gridroute.config import split_listen
-from gridroute.gateway.app import create_app, create_metrics_app
+from gridroute.gateway.app import ROUTED_PATHS, create_app, create_metrics_app
 from gridroute.gateway.config import GatewayConfig, load_config
+from gridroute.gateway.dataplane import DataPlane
 from gridroute.gateway.runtime import Gateway
 from gridroute.inbound.guard import GuardedRunner
 from gridroute.logs import setup_logging
@@ -73,10 +74,9 @@ async def run_worker(
     )
     await runner.setup()
     host, cfg_port = split_hostport(cfg.listen)
-    site = web.TCPSite(
-        runner, host, cfg_port if port is None else port, reuse_port=cfg.workers > 1, backlog=1024
+    plane = await start_listener(
+        gw, runner, host, cfg_port if port is None else port, reuse_port=cfg.workers > 1
     )
-    await site.start()
     metrics_runner: web.AppRunner | None = None
     if cfg.metrics.listen is not None:
         mhost, mport = split_hostport(cfg.metrics.listen)
@@ -95,18 +95,33 @@ async def run_worker(
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    for addr in runner.addresses:
+    for addr in runner.addresses if plane is None else plane.addresses:
         _say(f"listening on http://{addr[0]}:{addr[1]}")
     if metrics_runner is not None:
         for addr in metrics_runner.addresses:
             _say(f"metrics on http://{addr[0]}:{addr[1]}/metrics")
     await stop.wait()
-    await drain(gw, runner)
+    await drain(gw, runner, plane)
     if metrics_runner is not None:
         await metrics_runner.cleanup()
 
 
-async def drain(gw: Gateway, runner: web.AppRunner) -> None:
+async def start_listener(
+    gw: Gateway, runner: web.AppRunner, host: str, port: int, *, reuse_port: bool = False
+) -> DataPlane | None:
+    """Listen on the API address: aiohttp's guarded listener, or with
+    `listener.dataplane` the raw-protocol one (which hands aiohttp what it does not
+    serve itself); the data plane, or None."""
+    if gw.cfg.listener.dataplane:
+        plane = DataPlane(gw, runner, ROUTED_PATHS)
+        await plane.start(host, port, reuse_port=reuse_port)
+        return plane
+    site = web.TCPSite(runner, host, port, reuse_port=reuse_port, backlog=1024)
+    await site.start()
+    return None
+
+
+async def drain(gw: Gateway, runner: web.AppRunner, plane: DataPlane | None = None) -> None:
     """SIGTERM: refuse new work while still listening, then let in-flight work finish.
 
     For `shutdown_drain_s` the listener stays open: `/readyz` answers 503 at once (load
@@ -124,6 +139,8 @@ async def drain(gw: Gateway, runner: web.AppRunner) -> None:
     )
     if cfg.shutdown_drain_s > 0:
         await asyncio.sleep(cfg.shutdown_drain_s)
+    if plane is not None:  # its requests in flight finish before the pools close
+        await plane.shutdown(cfg.shutdown_grace_s)
     await runner.cleanup()
 
 
