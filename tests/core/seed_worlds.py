@@ -11,7 +11,6 @@ samples its operator relays, and every gateway's report.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from random import Random
 
@@ -20,7 +19,6 @@ from hypothesis import strategies as st
 from gridroute.core import (
     AvailabilitySettings,
     Candidate,
-    Decision,
     GridState,
     OwnLoad,
     Policy,
@@ -104,9 +102,10 @@ def worlds(
 
 
 def snapshot(
-    world: World, settings: AvailabilitySettings | None = None
+    world: World, settings: AvailabilitySettings | None = None, reread: bool = False
 ) -> tuple[Snapshot, OwnLoad]:
-    """What gateway 0 reads: samples taken at NOW with its own requests started before."""
+    """What gateway 0 reads: samples taken at NOW with its own requests started before;
+    `reread`: then refreshed once more without reports (as a health change does)."""
     settings = settings or AvailabilitySettings()
     cands = [
         Candidate(s.name, "p", frozenset({MODEL}), local=(i == 0))
@@ -142,6 +141,8 @@ def snapshot(
     load = combine(reports, mine)
     rounds = {s.name: NOW for s in world.sites}
     snap = state.refresh(samples, rounds, NOW, {}, own, load)
+    if reread:
+        snap = state.refresh(samples, rounds, NOW + 0.1, {}, own)
     return snap, own
 
 
@@ -154,33 +155,3 @@ def shares(snap: Snapshot, own: OwnLoad, policy: Policy, n: int, seed: int) -> C
         d = decide(snap, MODEL, rng, policy, own.counts)
         c[d.view.site if d.view is not None else d.outcome.value] += 1
     return c
-
-
-def stream(snap: Snapshot, own: OwnLoad, policy: Policy, n: int, seed: int) -> list[Decision]:
-    """`n` requests arriving before the next poll: each routed one stays in flight."""
-    rng = Random(seed)
-    out = []
-    for _ in range(n):
-        d = decide(snap, MODEL, rng, policy, own.counts, can_hold=False)
-        out.append(d)
-        if d.view is not None:
-            own.start(d.view.key, NOW + 0.01)
-    return out
-
-
-def tier(view_site: WorldSite, mine: int, room_ceiling: float, full: bool) -> int:
-    """The seed's pressure tier of a site for one more request, on counted load: 0
-    queue-free with room, 1 queued with room, 2 not full, 3 the rest."""
-    others = view_site.in_flight - view_site.gateways[0]
-    room = others + mine + 1 <= room_ceiling
-    if room:
-        return 1 if view_site.waiting > 0 else 0
-    return 3 if full else 2
-
-
-def by_name(world: World) -> dict[str, WorldSite]:
-    return {s.name: s for s in world.sites}
-
-
-def measured(world: World) -> Sequence[WorldSite]:
-    return [s for s in world.sites if s.scrape == "ok"]

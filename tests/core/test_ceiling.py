@@ -145,3 +145,24 @@ def test_kv_bound_never_raises_the_ceiling() -> None:
     assert kv_bounded(100, 10, None, 0.8) == 100
     assert kv_bounded(100, 0, 0.5, 0.8) == 100
     assert kv_bounded(100, 1, 1.0, 0.8) == 1.0
+
+
+def test_a_declared_capacity_below_the_floor_bounds_it() -> None:
+    """Issue 23: a 7-slot site has 7 slots, not the floor's 8; one that held more with
+    nothing waiting is raised to what it held, and an unknown capacity keeps the floor."""
+    assert effective_ceiling(None, None, 7.0, S.ceiling_floor) == 7
+    assert effective_ceiling(7.0, None, 7.0, S.ceiling_floor) == 7
+    assert effective_ceiling(6.0, None, 4.0, S.ceiling_floor) == 6
+    assert effective_ceiling(3.0, None, None, S.ceiling_floor) == 8
+    assert effective_ceiling(None, None, 0.0, S.ceiling_floor) == 8
+
+
+def test_a_soft_ceiling_decays_below_the_floor_and_the_floor_still_holds() -> None:
+    """The soft ceiling decays freely (the floor applies once, in the effective ceiling),
+    so a small site's soft reading is what it held, not the floor."""
+    st0 = CeilingState.empty(0.0)
+    st1 = teach(st0, Sample("s", "p", 0.0, running=6, waiting=0, ready=1, generation=1), S)
+    st2 = teach(st1, Sample("s", "p", 1.0, running=5, waiting=0, ready=1, generation=1), S)
+    assert st2.soft is not None and 5.9 < st2.soft <= 6.0
+    assert effective_ceiling(st2.soft, None, None, S.ceiling_floor) == 8
+    assert effective_ceiling(st2.soft, None, 4.0, S.ceiling_floor) == st2.soft

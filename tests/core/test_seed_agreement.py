@@ -181,3 +181,20 @@ def test_regression_a_failed_scrape_does_not_shrink_the_share_elsewhere() -> Non
     assert {v.site: v.share for v in snap.views}["s0"] == 1.0
     far = {k: v for k, v in _compare(world, 7).items() if abs(v[0] - v[1]) > TOLERANCE}
     assert far == {}
+
+
+def test_regression_a_refresh_without_reports_keeps_external_load_ranked() -> None:
+    """From review: a refresh with no gateway reports (a health change, a poll reply
+    without the sums) dropped each site's external part, so the site full from outside
+    ranked nearly empty again until the next poll."""
+    world = World(
+        (
+            WorldSite("a", 100, 90, (1, 1, 1, 1)),
+            WorldSite("c", 100, 0, (15, 15, 15, 15)),
+            WorldSite("d", 100, 0, (15, 15, 15, 15)),
+        )
+    )
+    snap, own = snapshot(world, reread=True)
+    a = next(v for v in snap.views if v.site == "a")
+    assert a.external == 90
+    assert shares(snap, own, Policy.GRIDROUTE, N, 2)["a"] == 0

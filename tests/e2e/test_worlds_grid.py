@@ -24,16 +24,23 @@ CHAT = [{"role": "user", "content": "hello"}]
 
 
 class Grid:
-    def __init__(self, tmp: Path, availability: dict[str, object]) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        availability: dict[str, object],
+        sites: dict[str, int] | None = None,
+        workers: int = 1,
+    ) -> None:
         self.procs: list[Proc] = []
         self.fakes: dict[str, Proc] = {}
-        ports = {site: free_port() for site in SLOTS}
-        for i, (site, slots) in enumerate(SLOTS.items()):
+        self.sites = SLOTS if sites is None else sites
+        ports = {site: free_port() for site in self.sites}
+        for i, (site, slots) in enumerate(self.sites.items()):
             self.fakes[site] = self._start(
                 ["fake-server", "--model", "m", "--name", site, "--slots", str(slots),
                  "--service-ms", "40", "--tokens", "4", "--seed", str(i)]
             )  # fmt: skip
-        for site in SLOTS:
+        for site in self.sites:
             op = {
                 "site": site,
                 "listen": f"127.0.0.1:{ports[site]}",
@@ -47,7 +54,7 @@ class Grid:
                         "name": site,
                         "models": ["m"],
                         "backendUrl": self.fakes[site].url,
-                        "maxRunning": SLOTS[site],
+                        "maxRunning": self.sites[site],
                         "metricsConfig": {
                             "endpoint": self.fakes[site].url + "/metrics",
                             "staleMetricsSeconds": 30,
@@ -66,8 +73,9 @@ class Grid:
             "listen": "127.0.0.1:0",
             "local_site": "a",
             "operator": {"url": f"http://127.0.0.1:{ports['a']}", "poll_interval_s": 0.25},
-            "sites": [{"name": s, "backend_url": self.fakes[s].url} for s in SLOTS],
+            "sites": [{"name": s, "backend_url": self.fakes[s].url} for s in self.sites],
             "models": [{"name": "m"}],
+            "workers": workers,
             "health": {"interval_s": 0.25},
             "availability": {"freshness_window_ms": 1500, "lookback_ms": 1500, **availability},
         }
@@ -75,7 +83,7 @@ class Grid:
         path.write_text(yaml.safe_dump(gw))
         self.gateway = self._start(["gateway", "--config", str(path)])
         wait_for(lambda: http("GET", self.gateway.url + "/readyz")[0] == 200)
-        wait_for(lambda: self.live() == {"a": "live", "b": "live"}, timeout=15)
+        wait_for(lambda: self.live() == dict.fromkeys(self.sites, "live"), timeout=15)
 
     def _start(self, args: list[str]) -> Proc:
         proc = Proc(args)

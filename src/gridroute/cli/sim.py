@@ -9,9 +9,12 @@ and the reason, and exit code 2 (the usage-error code), never a traceback.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from gridroute.sim.scenario import Scenario
 
 WIDE = 160
 """Columns the table gets when stdout is not a terminal."""
@@ -27,6 +30,22 @@ app = typer.Typer(
 @app.callback()
 def _group() -> None:
     """Measure routing policies in simulated time, with the gateway's own decision code."""
+
+
+def _scenario(path: Path, duration_s: float | None) -> Scenario:
+    """The scenario at `path` (duration overridden when given); a malformed one is one
+    line naming the file and field, and exit 2."""
+    from gridroute.config import ConfigError
+    from gridroute.sim.scenario import load_scenario, parse_scenario
+
+    try:
+        sc = load_scenario(path)
+        if duration_s is not None:
+            sc = parse_scenario({**sc.model_dump(), "duration_s": duration_s}, str(path))
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return sc
 
 
 @app.command("run")
@@ -53,18 +72,10 @@ def run(
     """Run every policy at every client count of SCENARIO and print the table."""
     from rich.console import Console
 
-    from gridroute.config import ConfigError
     from gridroute.sim.engine import run_scenario
     from gridroute.sim.report import print_report, write_json
-    from gridroute.sim.scenario import load_scenario, parse_scenario
 
-    try:
-        sc = load_scenario(scenario)
-        if duration_s is not None:
-            sc = parse_scenario({**sc.model_dump(), "duration_s": duration_s}, str(scenario))
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    sc = _scenario(scenario, duration_s)
     if live:
         from gridroute.grid.scenario_run import run_live
 
@@ -110,11 +121,9 @@ def compare_cmd(
 
     from rich.console import Console
 
-    from gridroute.config import ConfigError
     from gridroute.core.select import Policy
     from gridroute.sim.compare import compare
     from gridroute.sim.report import print_comparison
-    from gridroute.sim.scenario import load_scenario, parse_scenario
 
     try:
         chosen = [Policy(p.strip()) for p in policies.split(",") if p.strip()]
@@ -128,13 +137,7 @@ def compare_cmd(
     if not 0.0 <= tolerance <= 1.0:
         typer.echo(f"error: --tolerance: {tolerance}: must be within 0 and 1", err=True)
         raise typer.Exit(2)
-    try:
-        sc = load_scenario(scenario)
-        if duration_s is not None:
-            sc = parse_scenario({**sc.model_dump(), "duration_s": duration_s}, str(scenario))
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    sc = _scenario(scenario, duration_s)
     results = compare(sc, chosen, tolerance)
     out = Console()
     if not out.is_terminal:

@@ -80,8 +80,8 @@ def effective_ceiling(
     worlds: a 7-slot site with 5 held from outside overshot 31 times in 1,533 requests,
     against 4 with the floor bounded)."""
     upper = capacity if capacity is not None else soft
-    if capacity is not None and soft is not None and soft > capacity and soft > floor:
-        upper = soft  # (a soft ceiling at the floor is the floor, not a site that held more)
+    if capacity is not None and soft is not None and soft > capacity:
+        upper = soft
     if upper is None:
         upper = floor
     if hard is not None and hard < upper:
@@ -101,7 +101,10 @@ def teach(state: CeilingState, sample: Sample, settings: AvailabilitySettings) -
         soft, hard = None, None
     dt = sample.at - state.at
     if soft is not None:
-        soft = max(decay(soft, dt, half_life_s), settings.ceiling_floor)
+        # Decays freely: the floor is applied once, in `effective_ceiling`. Clamped
+        # here, a soft ceiling at the floor could not tell "held that many" from
+        # "decayed to the floor", and a declared capacity below the floor needs to.
+        soft = decay(soft, dt, half_life_s)
     if hard is not None:
         hard = hard * 2.0 ** (max(dt, 0.0) / half_life_s)
     in_flight = sample.in_flight

@@ -166,6 +166,8 @@ class GridState:
         self._alone_since: float | None = None
         self.external = 0.0
         """Polled in-flight that no gateway reported (smoothed), as of the last refresh."""
+        self._external_at: dict[str, float] = {}
+        """`external` split over the candidates, as of the last refresh with reports."""
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -272,7 +274,11 @@ class GridState:
                 reported = gateways.total(polled)
                 self.external = self._external.update(polled_total - reported, now)
                 unreported = {k: v - gateways.in_flight.get(k, 0.0) for k, v in polled.items()}
-        external_at = _apportion(self.external, unreported)
+        if gateways is not None:
+            self._external_at = _apportion(self.external, unreported)
+        # A refresh without reports (health or config changes, a poll whose reply lacked
+        # the sums) keeps the last split: dropped, a site full from outside ranked empty.
+        external_at = self._external_at if self._gateways is not None else {}
         # This gateway's part of the polled load that some gateway sent (module
         # gateway_load): load from outside the gateways neither herds nor shrinks a share.
         ours = polled_total - self.external

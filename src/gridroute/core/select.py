@@ -135,6 +135,7 @@ def _pick_pressure(
     rhos: Sequence[float],
     rng: Random,
     spread: Spread | None = None,
+    model: str = "",
 ) -> tuple[int, Path]:
     n = len(views)
     if n == 1:
@@ -146,7 +147,7 @@ def _pick_pressure(
         lo, hi = TWO_SITE_SHARE
         share = min(max(share, lo), hi)
         if spread is not None:  # gridroute: the same shares, kept over the stream
-            first = spread.first((views[0].key, views[1].key), share)
+            first = spread.first((model, views[0].key, views[1].key), share)
             return (0 if first else 1), Path.PRESSURE_WEIGHTED
         return (0 if rng.random() < share else 1), Path.PRESSURE_WEIGHTED
     i = _draw(views, weights, rng)
@@ -279,7 +280,8 @@ def decide(
                 (borrow_queued if v.is_queued else borrow).append(i)
         if free or queued:
             tier = free or queued
-            return _in_room(healthy, weights, rhos, tier, rng, affinity, refused, snapshot.spread)
+            spread = snapshot.spread
+            return _in_room(healthy, weights, rhos, tier, rng, affinity, refused, spread, model)
         # Holding or shedding claims that no site has room; a site without a load reading
         # might have some, so with one in the way the overflow tiers decide like the seed.
         known = all(v.loaded for v in healthy)
@@ -347,6 +349,7 @@ def _in_room(
     affinity: str | None,
     refused: tuple[tuple[str, str], ...],
     spread: Spread | None = None,
+    model: str = "",
 ) -> Decision:
     if affinity is not None:
         for i in tier:
@@ -356,7 +359,8 @@ def _in_room(
     w = [weights[i] for i in tier]
     tier_rhos = [rhos[i] for i in tier]
     if all(r is not None for r in tier_rhos):
-        k, path = _pick_pressure(views, w, [r for r in tier_rhos if r is not None], rng, spread)
+        known = [r for r in tier_rhos if r is not None]
+        k, path = _pick_pressure(views, w, known, rng, spread, model)
     else:
         k, path = _draw(views, w, rng), Path.CAPACITY
     return Decision(Outcome.ROUTE, path, views[k], refused, None, tier_rhos[k])

@@ -15,21 +15,24 @@ from __future__ import annotations
 from random import Random
 
 MAX_PAIRS = 1024
-"""Pairs of candidates kept (a catch-all candidate can serve any model name: bounded)."""
+"""(model, pair) carries kept (a catch-all candidate can serve any model name: bounded)."""
 
 
 class Spread:
-    """Per pair of candidates, the fraction carried between two-site picks. Owned by one
-    `GridState` (so by one gateway) and shared by its snapshots; not thread-safe."""
+    """Per model and pair of candidates, the fraction carried between two-site picks
+    (per model: two models arriving in turn on one carry would each land on one site).
+    Owned by one `GridState` (so by one gateway) and shared by its snapshots; not
+    thread-safe."""
 
     __slots__ = ("_carry", "_phase")
 
     def __init__(self, rng: Random | None = None) -> None:
         self._phase = 0.5 if rng is None else rng.random()
-        self._carry: dict[tuple[str, str], float] = {}
+        self._carry: dict[tuple[str, str, str], float] = {}
 
-    def first(self, pair: tuple[str, str], share: float) -> bool:
-        """Whether this pick takes the first of `pair`, which is due `share` of the picks."""
+    def first(self, pair: tuple[str, str, str], share: float) -> bool:
+        """Whether this pick takes the first of `pair` (model, first key, second key),
+        which is due `share` of the picks."""
         carry = self._carry.get(pair)
         if carry is None:
             if len(self._carry) >= MAX_PAIRS:

@@ -8,18 +8,22 @@ requests, its overshoot there, and the difference from the first policy that is 
 `tolerance` (beyond three standard errors of the reference's share, the noise of its
 independent draws) is named by the rule that explains it where one does (`departure`):
 
-* `seed_overshoots`: the reference sent requests past a site's free slots (more
-  overshoot than gridroute's, or fewer requests completed): they queued behind load
-  it could not move, so every share of the completed requests follows those queues,
-  where gridroute admits only into whole free slots;
-* `fair_share`: several gateways, and gridroute's side sent less here with no overshoot
-  on either side: each gateway keeps to its part of the site's free room;
-* `share_ranked`: several gateways, and gridroute's side sent more here with no more
-  overshoot: it ranks what other gateways hold at a site at its share (their part is a
+* `seed_overshoots`: gridroute sent less to a site the reference overshot more; or, in
+  either direction, the reference's goodput fell past the tolerance behind gridroute's
+  with at least gridroute's overshoot in all (its requests queued behind load it could
+  not move, and the shares of what completed follow those queues);
+* `fair_share` (several gateways, gridroute sent less, no overshoot of its own there):
+  each gateway keeps to its part of the site's free room;
+* `share_ranked` (several gateways, gridroute sent more, the site at most 60 % held from
+  outside): it ranks what other gateways hold at a site at its share (their part is a
   poll old; ranked whole, gateways herd), so a small site with room wins more picks;
-* `knock_on`: a site took more because another's departure above gave up load, with
-  no overshoot there;
-* `unexplained`: nothing in the rules explains it (what the differential tests look for).
+* `knock_on` (gridroute sent more, no overshoot there, the site at most 60 % held from
+  outside): another site's departure above gave up load;
+* `counted_load` (gridroute sent more, no overshoot there, while it sent less to a site
+  more held from outside): gridroute ranks on counted load (its own requests now), the
+  seed on a poll-old smoothed rho, so it moves picks toward the lower pressure sooner;
+* `unexplained`: anything else, and always where gridroute overshot a site more than
+  the reference (what the differential tests look for).
 
 The same module makes the generated worlds of the differential harness (`world`), so
 the tests, `bench/bench_differential.py` and a user's own scenarios are compared alike.
@@ -43,7 +47,12 @@ SEED_OVERSHOOTS = "seed_overshoots"
 FAIR_SHARE = "fair_share"
 SHARE_RANKED = "share_ranked"
 KNOCK_ON = "knock_on"
+COUNTED_LOAD = "counted_load"
 UNEXPLAINED = "unexplained"
+
+SHARE_RANKED_OUTSIDE = 0.6
+"""A site whose slots are held from outside past this fraction ranks by that load, whole:
+gridroute taking more there than the seed is never `share_ranked` nor `knock_on`."""
 
 
 @dataclass(frozen=True)
@@ -109,38 +118,63 @@ def _compare(
     ours = Policy.GRIDROUTE.value if Policy.GRIDROUTE in policies else policies[0].value
     ref = next((p.value for p in policies if p.value != ours), ours)
     several = (sc.gateways if isinstance(sc.gateways, int) else len(sc.gateways)) > 1
-    # The reference sent requests past full (they queued there, behind load it could not
-    # move): the completed requests' shares follow those queues, so every site's differs.
-    queued_past_full = (
-        rows[ref]["overshoot"] > rows[ours]["overshoot"]
-        or rows[ref]["requests"] < (1.0 - tolerance) * rows[ours]["requests"]
-    )
+    # The reference's goodput fell behind (its requests queued behind load it could not
+    # move): the completed requests' shares follow those queues everywhere.
+    collapsed = rows[ref]["requests"] < (1.0 - tolerance) * rows[ours]["requests"]
     diffs = []
     for spec in sc.sites:
         name = spec.name
         shares = {p: float(r["shares"][name]) for p, r in rows.items()}
         over = {p: int(r.get("overshoot_by_site", {}).get(name, 0)) for p, r in rows.items()}
         delta = shares[ours] - shares[ref]
+        outside = 0 if spec.external is None else spec.external.in_flight
         departure = None
         if abs(delta) > tolerance + _noise(shares[ref], rows[ref]["requests"]):
-            if queued_past_full:
+            if collapsed and rows[ours]["overshoot"] <= rows[ref]["overshoot"]:
+                departure = SEED_OVERSHOOTS  # shares of a run that queued past full
+            elif over[ours] > over[ref]:
+                departure = UNEXPLAINED  # gridroute overshot more there: never on purpose
+            elif delta < 0 and (over[ref] > over[ours] or collapsed):
                 departure = SEED_OVERSHOOTS
             elif delta < 0 and several and over[ours] == 0:
                 departure = FAIR_SHARE
-            elif delta > 0 and several and over[ours] <= over[ref]:
+            elif delta > 0 and several and outside <= SHARE_RANKED_OUTSIDE * spec.slots:
                 departure = SHARE_RANKED
             else:
                 departure = UNEXPLAINED
         diffs.append(SiteDiff(name, shares, over, delta, departure))
-    # A site that takes more because another gave up load on purpose is explained too.
-    if any(d.departure in (SEED_OVERSHOOTS, FAIR_SHARE, SHARE_RANKED) for d in diffs):
+    # A site that takes more because another gave up load on purpose is explained too,
+    # unless it is mostly held from outside (where taking more is the defect to find).
+    if any(d.departure in (SEED_OVERSHOOTS, FAIR_SHARE) for d in diffs) or collapsed:
         diffs = [
             SiteDiff(d.site, d.shares, d.overshoot, d.delta, KNOCK_ON)
-            if d.departure == UNEXPLAINED and d.delta > 0 and d.overshoot[ours] == 0
+            if d.departure == UNEXPLAINED
+            and d.delta > 0
+            and d.overshoot[ours] == 0
+            and _outside(sc, d.site) <= SHARE_RANKED_OUTSIDE
             else d
             for d in diffs
         ]
+    # gridroute ranks on counted load (its own requests now), the seed on a poll-old
+    # smoothed rho: moving picks from a site more held from outside to one less held,
+    # with no overshoot there, is the pressure rule read on fresher load.
+    given_up = [d for d in diffs if d.departure is not None and d.delta < 0]
+    diffs = [
+        SiteDiff(d.site, d.shares, d.overshoot, d.delta, COUNTED_LOAD)
+        if d.departure == UNEXPLAINED
+        and d.delta > 0
+        and d.overshoot[ours] == 0
+        and any(_outside(sc, g.site) > _outside(sc, d.site) for g in given_up)
+        else d
+        for d in diffs
+    ]
     return Comparison(clients, rows, diffs)
+
+
+def _outside(sc: Scenario, site: str) -> float:
+    """The fraction of `site`'s slots held from outside at the start."""
+    spec = next(s for s in sc.sites if s.name == site)
+    return 0.0 if spec.external is None else spec.external.in_flight / spec.slots
 
 
 def _noise(share: float, requests: int) -> float:
