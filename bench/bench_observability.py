@@ -48,7 +48,8 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -223,19 +224,29 @@ def med(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
 
+@contextmanager
+def backend_and_sink() -> Iterator[tuple[int, int]]:
+    """The proxy backend and the OTLP sink, each on core 1, answering; their ports."""
+    backend, sink = free_port(), free_port()
+    procs = [
+        start([PY, str(HERE / "proxy_backend.py"), str(backend)], 1),
+        start([PY, str(HERE / "otlp_sink.py"), str(sink)], 1),
+    ]
+    try:
+        wait_port(backend)
+        wait_port(sink)
+        yield backend, sink
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
 def processes(names: tuple[str, ...], a: argparse.Namespace) -> None:
     rounds = a.rounds
     res: dict[str, list[Run]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        backend, sink = free_port(), free_port()
-        procs = [
-            start([PY, str(HERE / "proxy_backend.py"), str(backend)], 1),
-            start([PY, str(HERE / "otlp_sink.py"), str(sink)], 1),
-        ]
-        try:
-            wait_port(backend)
-            wait_port(sink)
+        with backend_and_sink() as (backend, sink):
             for r in range(rounds):
                 # Each round starts one later in the list, so a machine that slows down
                 # (or warms up) during a round does not always hit the same gateway.
@@ -250,9 +261,6 @@ def processes(names: tuple[str, ...], a: argparse.Namespace) -> None:
                         f"  errors {run.errors}  scrapes {run.scrapes}{extra}",
                         flush=True,
                     )
-        finally:
-            for proc in procs:
-                stop(proc)
     load = f"{a.rate:g} requests/s" if a.rate > 0 else "closed loop"
     print(
         f"\ngateway processes: medians over {rounds} rounds of {a.seconds:g} s, {load}"

@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_observability import Scraper, gateway_args
-from bench_proxy import HERE, PY, drive, free_port, start, stop, tree_cpu, wait_port
+from bench_observability import Scraper, backend_and_sink, gateway_args
+from bench_proxy import PY, drive, free_port, stop, tree_cpu, wait_port
 
 PY_SPY = Path(PY).with_name("py-spy")
 EXPORT_THREAD = "OtelBatchSpan"
@@ -110,23 +110,11 @@ def main() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     names = [n.strip() for n in a.names.split(",")]
     print(f"load average {os.getloadavg()}", flush=True)
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, backend_and_sink() as ports:
         tmp = Path(d)
-        backend, sink = free_port(), free_port()
-        procs = [
-            start([PY, str(HERE / "proxy_backend.py"), str(backend)], 1),
-            start([PY, str(HERE / "otlp_sink.py"), str(sink)], 1),
-        ]
-        try:
-            wait_port(backend)
-            wait_port(sink)
-            for r in range(a.rounds):
-                for label in names[r % len(names) :] + names[: r % len(names)]:
-                    print(f"round {r} " + one(tmp, label, a.before, a.seconds, (backend, sink)),
-                          flush=True)  # fmt: skip
-        finally:
-            for proc in procs:
-                stop(proc)
+        for r in range(a.rounds):
+            for label in names[r % len(names) :] + names[: r % len(names)]:
+                print(f"round {r} " + one(tmp, label, a.before, a.seconds, ports), flush=True)
 
 
 if __name__ == "__main__":
