@@ -297,7 +297,7 @@ class GridState:
             )
             outside = external_at.get(cand.key, 0.0)
             if outside > 0.0 and view.loaded:
-                view = replace(view, external=outside, ranked_others=-1.0)
+                view = replace(view, external=outside)
             views.append(view)
         snap_views = tuple(views)
         self._latch(snap_views, now)

@@ -59,19 +59,18 @@ class SiteView:
     external: float = 0.0
     """The part of `base` that no gateway reported sending (batch jobs, direct clients):
     this site's part of the grid's estimated external load, at most `base`."""
-    ranked_others: float = -1.0
+    ranked_others: float = field(init=False, compare=False)
     """The others' in-flight as gridroute ranks it: `share` of what other gateways sent
     (a poll old, and ranking on all of it herds gateways together) plus all of the
     external load (which does not herd, and hidden behind the share it made a site full
-    from outside look empty). Computed once per snapshot; -1 means `share x base`."""
+    from outside look empty). Derived from the three, once per snapshot."""
     key: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", self.candidate.key)
-        if self.ranked_others < 0.0:
-            external = min(max(self.external, 0.0), self.base)
-            ranked = self.share * (self.base - external) + external
-            object.__setattr__(self, "ranked_others", ranked)
+        external = min(max(self.external, 0.0), self.base)
+        ranked = self.share * (self.base - external) + external
+        object.__setattr__(self, "ranked_others", ranked)
 
     def counted_rho(self, mine: int) -> float:
         """The site's estimated pressure: others' in-flight at the sample plus this
