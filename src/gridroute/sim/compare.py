@@ -117,7 +117,7 @@ def _compare(
     rows = {p: r.row for p, r in results.items()}
     ours = Policy.GRIDROUTE.value if Policy.GRIDROUTE in policies else policies[0].value
     ref = next((p.value for p in policies if p.value != ours), ours)
-    several = (sc.gateways if isinstance(sc.gateways, int) else len(sc.gateways)) > 1
+    several = len(sc.gateway_shares) > 1
     # The reference's goodput fell behind (its requests queued behind load it could not
     # move): the completed requests' shares follow those queues everywhere.
     collapsed = rows[ref]["requests"] < (1.0 - tolerance) * rows[ours]["requests"]
@@ -127,7 +127,6 @@ def _compare(
         shares = {p: float(r["shares"][name]) for p, r in rows.items()}
         over = {p: int(r.get("overshoot_by_site", {}).get(name, 0)) for p, r in rows.items()}
         delta = shares[ours] - shares[ref]
-        outside = 0 if spec.external is None else spec.external.in_flight
         departure = None
         if abs(delta) > tolerance + _noise(shares[ref], rows[ref]["requests"]):
             if collapsed and rows[ours]["overshoot"] <= rows[ref]["overshoot"]:
@@ -138,7 +137,7 @@ def _compare(
                 departure = SEED_OVERSHOOTS
             elif delta < 0 and several and over[ours] == 0:
                 departure = FAIR_SHARE
-            elif delta > 0 and several and outside <= SHARE_RANKED_OUTSIDE * spec.slots:
+            elif delta > 0 and several and _outside(sc, name) <= SHARE_RANKED_OUTSIDE:
                 departure = SHARE_RANKED
             else:
                 departure = UNEXPLAINED
