@@ -199,3 +199,38 @@ def test_a_site_whose_metrics_fail_while_it_serves_goes_silent_then_returns(grid
     wait_for(lambda: g.live()["b"] == "live", timeout=10)
     seen, errors = asyncio.run(_load(g.gateway.url, 8, 20))
     assert errors == 0 and seen["b"] > 0, seen
+
+
+@pytest.fixture
+def four_sites(tmp_path: Path) -> Grid:
+    # Issue 23's first world: four equal sites, a nearly full and b full from outside, and
+    # a gateway of four workers (four gateway identities that report to each other).
+    g = Grid(tmp_path, {}, sites=dict.fromkeys("abcd", 24), workers=4)
+    try:
+        yield g  # type: ignore[misc]
+    finally:
+        g.close()
+
+
+def test_a_site_nearly_full_from_outside_draws_nothing_while_two_sites_are_free(
+    four_sites: Grid,
+) -> None:
+    g = four_sites
+    g.admin("a", "external", {"in_flight": 20})
+    g.admin("b", "external", {"in_flight": 24})
+    # Only until the operators have read it: how fast the gateways learn that the load is
+    # not theirs is part of what is tested.
+    wait_for(lambda: (g.status()["b"]["rho_reported"] or 0) >= 1.0, timeout=10)
+    # Held still for a freshness window (1.5 s here), the difference is outside load: the
+    # workers learn it in seconds (smoothed alone, tau 10 s, they read 7 of 44 two
+    # seconds in and sent a 4 % of the requests).
+    external = lambda: http("GET", g.gateway.url + "/grid/status")[1]["external_in_flight"]  # noqa: E731
+    wait_for(lambda: external() >= 40, timeout=6)
+    seen, errors = asyncio.run(_load(g.gateway.url, 32, 12))
+    assert errors == 0
+    assert sum(seen.values()) == 384
+    # The seed rule's pressure tiers send the nearly full site none while c and d (48 free
+    # slots for 32 clients) have room; b is full. A request or two may land there while
+    # the workers' first polls are still on their way.
+    assert seen["b"] == 0, seen
+    assert seen["a"] <= 4, seen

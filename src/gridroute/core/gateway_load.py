@@ -26,6 +26,7 @@ this gateway's part of all polled load.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -47,20 +48,30 @@ class GatewayLoad:
 
 
 class ExternalEstimate:
-    """Polled in-flight that no gateway reported, smoothed over `tau_s`.
+    """Polled in-flight that no gateway reported, smoothed over `tau_s`, and believed
+    at once where the difference has held still for a whole window.
 
     Reports from other sites are a poll or two old, so right after load rises the raw
     difference (polled - reported) is briefly positive even with no external load; one
-    refresh then moves the estimate by only `dt / tau_s` of it, while load that stays
-    unreported (a batch job, direct clients) is learned within a few `tau_s`.
+    refresh then moves the smoothed estimate by only `dt / tau_s` of it. But a report is
+    never older than the freshness window: a difference that stayed between `lo` and `hi`
+    for a whole window is not lag, so the estimate is kept within [lo, hi]. A batch job
+    that starts beside idle gateways is then learned within one window, not a few
+    `tau_s` (issue 23: four workers read a site 20/24 full from outside as 7 of 44 two
+    seconds in, and sent it new requests while two sites had most of their room free).
     """
 
-    __slots__ = ("at", "tau_s", "value")
+    __slots__ = ("at", "history", "tau_s", "value", "window_s")
 
-    def __init__(self, tau_s: float) -> None:
+    def __init__(self, tau_s: float, window_s: float = 0.0) -> None:
         self.tau_s = tau_s
+        self.window_s = window_s
+        """How long a report may lag behind the poll it is subtracted from; 0 keeps the
+        estimate purely smoothed."""
         self.value: float | None = None
         self.at: float | None = None
+        self.history: deque[tuple[float, float]] = deque()
+        """(time, raw difference) over the last window, and the one just before it."""
 
     def update(self, raw: float, now: float) -> float:
         """Fold in one refresh's difference; the estimate (never below 0)."""
@@ -70,12 +81,32 @@ class ExternalEstimate:
             dt = max(now - self.at, 0.0)
             self.value += (raw - self.value) * (1.0 - math.exp(-dt / self.tau_s))
         self.at = now
+        bounds = self._held(raw, now)
+        if bounds is not None:
+            lo, hi = bounds
+            self.value = min(max(self.value, lo), hi)
         return max(self.value, 0.0)
 
     def reset(self, raw: float, now: float) -> float:
         """Take `raw` as exact (nothing lags behind it); the estimate (never below 0)."""
         self.value, self.at = raw, now
+        self._held(raw, now)
         return max(raw, 0.0)
+
+    def _held(self, raw: float, now: float) -> tuple[float, float] | None:
+        """The range the difference stayed in over the last whole window, or None while
+        the differences seen do not yet cover one."""
+        if self.window_s <= 0.0:
+            return None
+        h = self.history
+        h.append((now, raw))
+        edge = now - self.window_s
+        while len(h) >= 2 and h[1][0] <= edge:
+            h.popleft()
+        if h[0][0] > edge:
+            return None
+        values = [v for _, v in h]
+        return min(values), max(values)
 
 
 def combine(

@@ -161,7 +161,10 @@ class GridState:
         self._shed: set[str] = set()
         self._last: Snapshot | None = None
         self._gateways: GatewayLoad | None = None
-        self._external = ExternalEstimate(self.settings.external_load_tau_ms / 1000.0)
+        self._external = ExternalEstimate(
+            self.settings.external_load_tau_ms / 1000.0,
+            self.settings.freshness_window_ms / 1000.0,
+        )
         self._spread = Spread(_phase_source(rng))
         self._alone_since: float | None = None
         self.external = 0.0
@@ -192,6 +195,7 @@ class GridState:
         keys = {c.key for c in self.candidates}
         self._tracked = {k: t for k, t in self._tracked.items() if k in keys}
         self._external.tau_s = settings.external_load_tau_ms / 1000.0
+        self._external.window_s = settings.freshness_window_ms / 1000.0
         if not settings.shedding:
             self._shed.clear()
 

@@ -136,6 +136,7 @@ def _pick_pressure(
     rng: Random,
     spread: Spread | None = None,
     model: str = "",
+    seed_n: int = 0,
 ) -> tuple[int, Path]:
     n = len(views)
     if n == 1:
@@ -153,6 +154,53 @@ def _pick_pressure(
     i = _draw(views, weights, rng)
     j = _draw(views, weights, rng, skip=i)
     return (j if rhos[j] < rhos[i] else i), Path.PRESSURE_P2C
+
+
+NARROWED_DRAWS = 8
+"""Tries at the seed's pair draw before `_narrowed_pair` gives the pick back."""
+
+BORROW_MARGIN = 0.25
+"""How much fuller (in rho) than the seed's pick the one site left within this gateway's
+budget must be before the pick borrows instead. Near-equal rhos are the fair share at
+work (8 gateways at 80 % of capacity: borrowing on any margin overshot 9 times where
+the budgets alone overshot none); a site 20/24 full from outside beside ones half empty
+is not (issue 23's first world)."""
+
+
+def _narrowed_pair(
+    healthy: Sequence[SiteView],
+    weights: Sequence[float],
+    rhos: Sequence[float | None],
+    seed: list[int],
+    tier: list[int],
+    rng: Random,
+) -> tuple[int, int]:
+    """The seed's power of two choices over its whole tier (`seed`, three sites or more
+    with room), kept to the sites where this gateway still has budget (`tier`).
+
+    Fair-share budgets narrow the seed's tier; two sites left are not the seed's
+    two-site world, and its 10-90 % clamp there sent a site nearly full from outside a
+    tenth of a worker's picks whenever its budget at one free site ran out (issue 23,
+    live: 7-8 of 384 requests). Drawn as the seed draws, a pair's lower rho wins, and a
+    winner outside the budget is drawn again; the pick is thereby the seed's, given the
+    budget. Returns (the pick inside `tier` or -1 when no draw landed there, the last
+    winner drawn or -1 when a rho is unknown)."""
+    views = [healthy[i] for i in seed]
+    w = [weights[i] for i in seed]
+    r = [rhos[i] for i in seed]
+    if any(x is None for x in r):
+        return -1, -1
+    inside = set(tier)
+    k = -1
+    for _ in range(NARROWED_DRAWS):
+        i = _draw(views, w, rng)
+        j = _draw(views, w, rng, skip=i)
+        ri, rj = r[i], r[j]
+        assert ri is not None and rj is not None
+        k = seed[j if rj < ri else i]
+        if k in inside:
+            return k, k
+    return -1, k
 
 
 def _queue_tie(views: Sequence[SiteView], weights: Sequence[float], rng: Random) -> int:
@@ -258,6 +306,8 @@ def decide(
         accounting = s.local_accounting
         borrow: list[int] = []  # the site has room by the estimate, beyond this gateway's share
         borrow_queued: list[int] = []  # the same, with work waiting there
+        room_free: list[int] = []  # the seed's tiers: sites with room by the estimate
+        room_queued: list[int] = []
         for i, v in enumerate(healthy):
             if not v.loaded:
                 continue  # no in-flight reading: no room and no rho (unknown, never zero)
@@ -268,6 +318,8 @@ def decide(
             ceiling = v.room_ceiling
             rhos[i] = (mine + v.ranked_others) / ceiling
             site_room = v.base + mine + 1 <= ceiling
+            if site_room:
+                (room_queued if v.is_queued else room_free).append(i)
             if (mine + 1 <= v.budget) if fair else site_room:
                 (queued if v.is_queued else free).append(i)
             elif site_room and not s.shedding:
@@ -281,6 +333,24 @@ def decide(
         if free or queued:
             tier = free or queued
             spread = snapshot.spread
+            seed = room_free if free else room_queued
+            if len(tier) < len(seed) and len(seed) >= 3 and affinity is None:
+                k, winner = _narrowed_pair(healthy, weights, rhos, seed, tier, rng)
+                if k >= 0:
+                    v = healthy[k]
+                    return Decision(Outcome.ROUTE, Path.PRESSURE_P2C, v, refused, None, rhos[k])
+                only = tier[0]
+                if (
+                    len(tier) == 1
+                    and winner >= 0
+                    and not s.shedding
+                    and (rhos[only] or 0.0) - (rhos[winner] or 0.0) >= BORROW_MARGIN
+                ):
+                    # The one site left within budget is one the seed's pairs never
+                    # picked, and by a wide margin: borrow where they do, as when no
+                    # budget is left (never with shedding on, see below).
+                    v = healthy[winner]
+                    return Decision(Outcome.ROUTE, Path.BORROW, v, refused, None, rhos[winner])
             return _in_room(healthy, weights, rhos, tier, rng, affinity, refused, spread, model)
         # Holding or shedding claims that no site has room; a site without a load reading
         # might have some, so with one in the way the overflow tiers decide like the seed.
