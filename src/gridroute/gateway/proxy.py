@@ -36,6 +36,7 @@ from gridroute.core.flow import (
     Failure,
     Feed,
     GiveUp,
+    Hold,
     Refuse,
     Relay,
     Step,
@@ -275,7 +276,9 @@ async def route(
     metrics = gw.metrics
     try:
         flow = request_flow(current, model, policy, preferred, overlay, who)
-        step = await wait_in_queue(flow, next(flow), current)
+        step = next(flow)
+        if isinstance(step, Hold):  # no coroutine for the common case, a step at once
+            step = await wait_in_queue(flow, step, current)
         d = step.decision
         if session and overlay is None:
             metrics.affinity(preferred, d)

@@ -125,14 +125,37 @@ class Serving:
         self.transport.write(answer_bytes(status, body, retry_after, close=close, extra=extra))
 
     async def _serve(self, headers: Headers, body: bytes) -> None:
+        """`proxy.handle`'s checks on this connection's bytes, then `proxy.route` (one
+        coroutine deep: every level of awaits costs on each suspension)."""
+        gw = self.gw
         try:
-            await self._route(headers, body)
+            t0 = gw.current.monotonic()
+            target = self.target
+            q = target.find("?")
+            path = target if q < 0 else target[:q]
+            if gw.api_keys is not None and not gw.api_keys.allows_header(
+                headers.get("authorization", "")
+            ):
+                gw.client_errors.note(Kind.UNAUTHORIZED, path[:100], self.remote)
+                self.write_answer(401, errs.UNAUTHORIZED, extra="WWW-Authenticate: Bearer\r\n")
+                return
+            if gw.draining:
+                self.close_after = True
+                self.write_answer(503, errs.SHUTTING_DOWN, 1)
+                return
+            got = parse_model(body)
+            if isinstance(got, tuple):
+                kind, error = got
+                gw.client_errors.note(kind, "", self.remote)
+                self.write_answer(400, error)
+                return
+            await proxy.route(gw, self, path, headers, self.remote, body, got, t0)
         except asyncio.CancelledError:
             raise
         except ConnectionError:
             self.abort()
         except Exception as exc:  # a bug: answer 500 once, as aiohttp's handle_error
-            errors = self.gw.client_errors
+            errors = gw.client_errors
             errors.note(Kind.INTERNAL, f"{type(exc).__name__}: {exc}", self.peer)
             if errors.counts[Kind.INTERNAL] == 1:
                 log.error("first internal error of this process", exc_info=exc)
@@ -143,32 +166,6 @@ class Serving:
                 self.write_answer(500, errs.INTERNAL)
         finally:
             self._done()
-
-    async def _route(self, headers: Headers, body: bytes) -> None:
-        """`proxy.handle`'s checks on this connection's bytes, then `proxy.route`."""
-        gw = self.gw
-        clock = gw.current.monotonic
-        t0 = clock()
-        target = self.target
-        q = target.find("?")
-        path = target if q < 0 else target[:q]
-        if gw.api_keys is not None and not gw.api_keys.allows_header(
-            headers.get("authorization", "")
-        ):
-            gw.client_errors.note(Kind.UNAUTHORIZED, path[:100], self.remote)
-            self.write_answer(401, errs.UNAUTHORIZED, extra="WWW-Authenticate: Bearer\r\n")
-            return
-        if gw.draining:
-            self.close_after = True
-            self.write_answer(503, errs.SHUTTING_DOWN, 1)
-            return
-        got = parse_model(body)
-        if isinstance(got, tuple):
-            kind, error = got
-            gw.client_errors.note(kind, "", self.remote)
-            self.write_answer(400, error)
-            return
-        await proxy.route(gw, self, path, headers, self.remote, body, got, t0)
 
     def forward(self) -> list[tuple[str, str]]:
         headers = self.headers
