@@ -23,7 +23,8 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from aiohttp import web
 
@@ -35,6 +36,7 @@ from gridroute.core.flow import (
     Failure,
     Feed,
     GiveUp,
+    Hold,
     Refuse,
     Relay,
     Step,
@@ -161,11 +163,57 @@ def unauthorized(gw: Gateway, request: web.Request) -> web.Response:
     return resp
 
 
+class Exchange(Protocol):
+    """One request as a listener holds it, for `route`: aiohttp's (`_Web` here) or the
+    data plane's (`dataplane.answer.Serving`)."""
+
+    method: str
+    target: str
+    """The path and query as sent (what goes upstream)."""
+
+    def forward(self) -> list[tuple[str, str]]:
+        """The headers to send upstream (`forward_header_list`)."""
+        ...
+
+    def answer(self, status: int, body: bytes, retry_after: int | None = None) -> None:
+        """One of the gateway's own answers (OpenAI-shaped `body`)."""
+        ...
+
+    async def relay(
+        self, up: upstream.Response, view: SiteView, extra: Sequence[tuple[str, str]]
+    ) -> int:
+        """The backend's answer relayed to the client; its status."""
+        ...
+
+
+class _Web:
+    """`Exchange` on aiohttp: `resp` is what the handler returns."""
+
+    __slots__ = ("method", "request", "resp", "target")
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.method = request.method
+        self.target = request.raw_path
+        self.resp: web.StreamResponse | None = None
+
+    def forward(self) -> list[tuple[str, str]]:
+        return forward_headers(self.request)
+
+    def answer(self, status: int, body: bytes, retry_after: int | None = None) -> None:
+        self.resp = error_response(status, body, retry_after)
+
+    async def relay(
+        self, up: upstream.Response, view: SiteView, extra: Sequence[tuple[str, str]]
+    ) -> int:
+        self.resp = await _relay(self.request, up, view, extra)
+        return self.resp.status
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     """aiohttp handler of every routed OpenAI endpoint: drives the core's request flow."""
     gw = request.app[GATEWAY]
-    clock = gw.current.monotonic  # durations and affinity idle times: never the wall clock
-    t0 = clock()
+    t0 = gw.current.monotonic()
     if gw.api_keys is not None and not gw.api_keys.allows(request):
         return unauthorized(gw, request)
     if gw.draining:
@@ -176,82 +224,107 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if isinstance(got, web.Response):
         return got
     body, model = got
+    ex = _Web(request)
+    await route(gw, ex, request.path, request.headers, request.remote, body, model, t0)
+    assert ex.resp is not None
+    return ex.resp
+
+
+async def route(
+    gw: Gateway,
+    ex: Exchange,
+    path: str,
+    headers: Mapping[str, str],
+    remote: str | None,
+    body: bytes,
+    model: str,
+    t0: float,
+) -> None:
+    """The request flow of one request whose body and `model` are read, for either
+    listener: the decision, the attempts, the answer through `ex`, and the metrics,
+    refusal counts, affinity and trace of it, on every path."""
     current = gw.current
+    clock = current.monotonic  # durations and affinity idle times: never the wall clock
     policy = current.routing.policies.get(model)
     if policy is None:
         gw.metrics.duration("", 404, clock() - t0)
-        return error_response(404, errs.MODEL_NOT_FOUND)
+        ex.answer(404, errs.MODEL_NOT_FOUND)
+        return
     tracer = gw.tracer
-    span = tracer.start(request.path, model, policy) if tracer is not None else None
+    span = tracer.start(path, model, policy) if tracer is not None else None
     d: Decision | None = None
     site = ""
     status = 0
     attempts = 0
     sent: list[float] = []  # when each attempt was handed to a backend (added latency)
-    by_overlay = overlay_route.request_for(gw, request.headers, body, model, t0)
-    overlay: OverlayRequest | None = None
     watch = gw.overlay
+    by_overlay = (
+        overlay_route.request_for(gw, headers, body, model, t0) if watch is not None else None
+    )
+    overlay: OverlayRequest | None = None
     choice: GroupDecision | None = None
     if by_overlay is not None:
         overlay, session = by_overlay
         preferred = None
     else:
-        session = request.headers.get(gw.affinity_header) if gw.affinity_header else None
+        session = headers.get(gw.affinity_header) if gw.affinity_header else None
         preferred = current.affinity.get(session, t0) if session else None
     flow: Generator[Step, Feed, None] | None = None
     who = None  # the key is read only where fair order ranks it (the flow's own test)
     if fair_order_on(current.snapshot.settings, policy, overlay is not None):
-        who = fairness_key(gw.cfg.fairness_key, request.headers, request.remote, body)
+        who = fairness_key(gw.cfg.fairness_key, headers, remote, body)
+    metrics = gw.metrics
     try:
         flow = request_flow(current, model, policy, preferred, overlay, who)
-        step = await wait_in_queue(flow, next(flow), current)
+        step = next(flow)
+        if isinstance(step, Hold):  # no coroutine for the common case, a step at once
+            step = await wait_in_queue(flow, step, current)
         d = step.decision
         if session and overlay is None:
-            gw.metrics.affinity(preferred, d)
-        fwd = forward_headers(request)
-        path_qs = request.raw_path
+            metrics.affinity(preferred, d)
+        fwd = ex.forward()
         while True:
             if isinstance(step, Attempt | Refuse):
                 d = step.decision
-                gw.metrics.decision(d)
+                metrics.decision(d)
                 gw.refusals.note(model, d.outcome)
                 if step.choice is not None and watch is not None:
                     choice = step.choice
                     overlay_route.count(watch, choice, attempts == 0, session is not None)
             if isinstance(step, Refuse):
-                resp = refuse(d)
-                status = resp.status
-                return resp
+                status, err, after = refusal(d)
+                ex.answer(status, err, after)
+                return
             if isinstance(step, GiveUp):
-                resp = give_up(step)
-                status = resp.status
-                return resp
+                status, err, after = given_up(step)
+                ex.answer(status, err, after)
+                return
             assert isinstance(step, Attempt), step  # a Relay is carried out in _attempt
             if step.after is not None:
-                gw.metrics.retry(*step.after)
+                metrics.retry(*step.after)
             site = step.view.site
             attempts += 1
             child = tracer.attempt(span, step.decision, attempts) if tracer is not None else None
-            got_: web.StreamResponse | Step | None = None
+            got: int | Step | None = None
             try:
-                got_ = await _attempt(gw, request, step, flow, path_qs, body, fwd, sent, overlay)
+                got = await _attempt(gw, ex, step, flow, body, fwd, sent, overlay)
             finally:
                 if child is not None and tracer is not None:
-                    answered = got_.status if isinstance(got_, web.StreamResponse) else None
-                    after = got_.after if isinstance(got_, Attempt) else None
-                    tracer.attempt_end(child, answered, None if after is None else after[1])
-            if isinstance(got_, web.StreamResponse):
-                status = got_.status
+                    answered = got if isinstance(got, int) else None
+                    after_ = got.after if isinstance(got, Attempt) else None
+                    tracer.attempt_end(child, answered, None if after_ is None else after_[1])
+            if isinstance(got, int):
+                status = got
                 if session and status < 500:
                     current.affinity.put(session, step.view.key, clock())
-                return got_
-            step = got_
+                return
+            step = got
     finally:
         if flow is not None:
             flow.close()  # at once, not at garbage collection: an abandoned trial is freed
         if sent:
-            gw.metrics.added(sent[-1] - t0)
-        gw.metrics.duration(site, status or 499, clock() - t0)
+            metrics.added(sent[-1] - t0)
+        metrics.duration(site, status or 499, clock() - t0)
         if span is not None and tracer is not None:
             if overlay is not None:
                 overlay_route.trace(span, choice, overlay.table)
@@ -275,16 +348,15 @@ def failure_of(exc: upstream.UpstreamError) -> Failure:
 
 async def _attempt(
     gw: Gateway,
-    request: web.Request,
+    ex: Exchange,
     step: Attempt,
     flow: Generator[Step, Feed, None],
-    path_qs: str,
     body: bytes,
     fwd: list[tuple[str, str]],
     sent: list[float],
     overlay: OverlayRequest | None = None,
-) -> web.StreamResponse | Step:
-    """One attempt on one site: the relayed answer, or the flow's next step.
+) -> int | Step:
+    """One attempt on one site: the relayed answer's status, or the flow's next step.
 
     Exactly one `own.end` for its `own.start`, on every path (cancellation included).
     A connection lost or refused before the answer (what a backend going away looks
@@ -297,30 +369,30 @@ async def _attempt(
     key = view.key
     backend = gw.backends.by_key.get(key)
     own = current.own
-    own.start(key, current.clock())
+    clock = current.clock
+    own.start(key, clock())
     try:
         try:
             if backend is None:
                 # The config was reloaded between the decision and now: unreachable.
                 raise upstream.ConnectFailed("the site left the config")
-            sent.append(current.clock())
-            up = await backend.pool.request(request.method, path_qs, fwd, body)
+            sent.append(clock())
+            up = await backend.pool.request(ex.method, ex.target, fwd, body)
         except upstream.UpstreamError as exc:
             return flow.send(failure_of(exc))
         try:
             nxt = flow.send(Answered(up.status))
             if isinstance(nxt, Relay):
                 choice = step.choice
-                if overlay is None or choice is None:
-                    return await _relay(request, up, view)
-                return await _relay(
-                    request, up, view, overlay_route.evidence(choice, overlay.table)
-                )
+                extra: Sequence[tuple[str, str]] = ()
+                if overlay is not None and choice is not None:
+                    extra = overlay_route.evidence(choice, overlay.table)
+                return await ex.relay(up, view, extra)
             return nxt
         finally:
             up.release()
     finally:
-        own.end(key, current.clock())
+        own.end(key, clock())
         current.changes.wake()
 
 

@@ -7,8 +7,9 @@ for its end, one regular expression over its lines), and a plain routed request
     POST <one of app.ROUTED_PATHS>[?query] HTTP/1.1, Content-Length (no chunked body,
     no Expect, no Upgrade), a head under 8 KiB and 100 lines
 
-runs the same request flow as `proxy.handle` (`core/flow.py`: routing, fair order, the
-overlay, ejection, retries, metrics, traces) without building a request or response
+runs the same request flow as `proxy.handle`, through the one `proxy.route` both share
+(`core/flow.py`: routing, fair order, the overlay, ejection, retries, metrics, traces)
+without building a request or response
 object: its body is sliced from the bytes received, its `model` parsed as
 `request_body.parse_model` does, the backend's answer written back through the same
 keep-alive pools (`gateway/upstream.py`), its head in one write with the first bytes

@@ -1,6 +1,7 @@
 """The data plane's answers: a request's headers, the gateway's own JSON answers, and
-`Serving`, the request flow of one connection (`proxy.handle`, step for step, on the
-bytes the listener read; `listener.Conn` is one).
+`Serving`, one connection's side of the request path: the checks before the flow, then
+`proxy.route` (the flow both listeners share) with this connection as its `Exchange`
+(`listener.Conn` is one).
 """
 
 from __future__ import annotations
@@ -9,28 +10,13 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
-from gridroute.core import Decision, SiteView
-from gridroute.core.fairness import fair_order_on
-from gridroute.core.flow import (
-    Answered,
-    Attempt,
-    Feed,
-    GiveUp,
-    Refuse,
-    Relay,
-    Step,
-    request_flow,
-)
-from gridroute.core.group_route import GroupDecision
-from gridroute.core.overlay_request import OverlayRequest
-from gridroute.gateway import overlay_route, proxy, upstream
-from gridroute.gateway.admission_queue import wait_in_queue
-from gridroute.gateway.fairness_key import fairness_key
+from gridroute.core import SiteView
+from gridroute.gateway import proxy, upstream
 from gridroute.gateway.request_body import parse_model
 from gridroute.gateway.runtime import Gateway
 from gridroute.inbound.client_errors import Kind
@@ -117,6 +103,7 @@ class Serving:
     paused: bool
     method: str
     target: str
+    headers: Headers | None
     remote: str | None
     peer: str | None
 
@@ -138,14 +125,37 @@ class Serving:
         self.transport.write(answer_bytes(status, body, retry_after, close=close, extra=extra))
 
     async def _serve(self, headers: Headers, body: bytes) -> None:
+        """`proxy.handle`'s checks on this connection's bytes, then `proxy.route` (one
+        coroutine deep: every level of awaits costs on each suspension)."""
+        gw = self.gw
         try:
-            await self._route(headers, body)
+            t0 = gw.current.monotonic()
+            target = self.target
+            q = target.find("?")
+            path = target if q < 0 else target[:q]
+            if gw.api_keys is not None and not gw.api_keys.allows_header(
+                headers.get("authorization", "")
+            ):
+                gw.client_errors.note(Kind.UNAUTHORIZED, path[:100], self.remote)
+                self.write_answer(401, errs.UNAUTHORIZED, extra="WWW-Authenticate: Bearer\r\n")
+                return
+            if gw.draining:
+                self.close_after = True
+                self.write_answer(503, errs.SHUTTING_DOWN, 1)
+                return
+            got = parse_model(body)
+            if isinstance(got, tuple):
+                kind, error = got
+                gw.client_errors.note(kind, "", self.remote)
+                self.write_answer(400, error)
+                return
+            await proxy.route(gw, self, path, headers, self.remote, body, got, t0)
         except asyncio.CancelledError:
             raise
         except ConnectionError:
             self.abort()
         except Exception as exc:  # a bug: answer 500 once, as aiohttp's handle_error
-            errors = self.gw.client_errors
+            errors = gw.client_errors
             errors.note(Kind.INTERNAL, f"{type(exc).__name__}: {exc}", self.peer)
             if errors.counts[Kind.INTERNAL] == 1:
                 log.error("first internal error of this process", exc_info=exc)
@@ -157,154 +167,13 @@ class Serving:
         finally:
             self._done()
 
-    async def _route(self, headers: Headers, body: bytes) -> None:
-        """`proxy.handle`, step for step, on this connection's bytes."""
-        gw = self.gw
-        clock = gw.current.monotonic
-        t0 = clock()
-        target = self.target
-        q = target.find("?")
-        path = target if q < 0 else target[:q]
-        if gw.api_keys is not None and not gw.api_keys.allows_header(
-            headers.get("authorization", "")
-        ):
-            gw.client_errors.note(Kind.UNAUTHORIZED, path[:100], self.remote)
-            self.write_answer(401, errs.UNAUTHORIZED, extra="WWW-Authenticate: Bearer\r\n")
-            return
-        if gw.draining:
-            self.close_after = True
-            self.write_answer(503, errs.SHUTTING_DOWN, 1)
-            return
-        got = parse_model(body)
-        if isinstance(got, tuple):
-            kind, error = got
-            gw.client_errors.note(kind, "", self.remote)
-            self.write_answer(400, error)
-            return
-        model = got
-        current = gw.current
-        policy = current.routing.policies.get(model)
-        if policy is None:
-            gw.metrics.duration("", 404, clock() - t0)
-            self.write_answer(404, errs.MODEL_NOT_FOUND)
-            return
-        tracer = gw.tracer
-        span = tracer.start(path, model, policy) if tracer is not None else None
-        d: Decision | None = None
-        site = ""
-        status = 0
-        attempts = 0
-        sent: list[float] = []
-        by_overlay = overlay_route.request_for(gw, headers, body, model, t0)
-        overlay: OverlayRequest | None = None
-        watch = gw.overlay
-        choice: GroupDecision | None = None
-        if by_overlay is not None:
-            overlay, session = by_overlay
-            preferred = None
-        else:
-            session = headers.get(gw.affinity_header) if gw.affinity_header else None
-            preferred = current.affinity.get(session, t0) if session else None
-        flow: Generator[Step, Feed, None] | None = None
-        who = None
-        if fair_order_on(current.snapshot.settings, policy, overlay is not None):
-            who = fairness_key(gw.cfg.fairness_key, headers, self.remote, body)
-        try:
-            flow = request_flow(current, model, policy, preferred, overlay, who)
-            step = await wait_in_queue(flow, next(flow), current)
-            d = step.decision
-            if session and overlay is None:
-                gw.metrics.affinity(preferred, d)
-            fwd = proxy.forward_header_list(headers.raw, headers.get("connection"))
-            while True:
-                if isinstance(step, Attempt | Refuse):
-                    d = step.decision
-                    gw.metrics.decision(d)
-                    gw.refusals.note(model, d.outcome)
-                    if step.choice is not None and watch is not None:
-                        choice = step.choice
-                        overlay_route.count(watch, choice, attempts == 0, session is not None)
-                if isinstance(step, Refuse):
-                    status, err, after = proxy.refusal(d)
-                    self.write_answer(status, err, after)
-                    return
-                if isinstance(step, GiveUp):
-                    status, err, after = proxy.given_up(step)
-                    self.write_answer(status, err, after)
-                    return
-                assert isinstance(step, Attempt), step
-                if step.after is not None:
-                    gw.metrics.retry(*step.after)
-                site = step.view.site
-                attempts += 1
-                child = (
-                    tracer.attempt(span, step.decision, attempts) if tracer is not None else None
-                )
-                got_: int | Step | None = None
-                try:
-                    got_ = await self._attempt(step, flow, body, fwd, sent, overlay)
-                finally:
-                    if child is not None and tracer is not None:
-                        answered = got_ if isinstance(got_, int) else None
-                        after_ = got_.after if isinstance(got_, Attempt) else None
-                        tracer.attempt_end(child, answered, None if after_ is None else after_[1])
-                if isinstance(got_, int):
-                    status = got_
-                    if session and status < 500:
-                        current.affinity.put(session, step.view.key, clock())
-                    return
-                step = got_
-        finally:
-            if flow is not None:
-                flow.close()
-            if sent:
-                gw.metrics.added(sent[-1] - t0)
-            gw.metrics.duration(site, status or 499, clock() - t0)
-            if span is not None and tracer is not None:
-                if overlay is not None:
-                    overlay_route.trace(span, choice, overlay.table)
-                tracer.end(span, d, site, attempts, status)
+    def forward(self) -> list[tuple[str, str]]:
+        headers = self.headers
+        assert headers is not None
+        return proxy.forward_header_list(headers.raw, headers.get("connection"))
 
-    async def _attempt(
-        self,
-        step: Attempt,
-        flow: Generator[Step, Feed, None],
-        body: bytes,
-        fwd: list[tuple[str, str]],
-        sent: list[float],
-        overlay: OverlayRequest | None,
-    ) -> int | Step:
-        """`proxy._attempt`: the relayed answer's status, or the flow's next step."""
-        gw = self.gw
-        current = gw.current
-        view = step.view
-        key = view.key
-        backend = gw.backends.by_key.get(key)
-        own = current.own
-        own.start(key, current.clock())
-        try:
-            try:
-                if backend is None:
-                    raise upstream.ConnectFailed("the site left the config")
-                sent.append(current.clock())
-                up = await backend.pool.request(self.method, self.target, fwd, body)
-            except upstream.UpstreamError as exc:
-                return flow.send(proxy.failure_of(exc))
-            try:
-                nxt = flow.send(Answered(up.status))
-                if isinstance(nxt, Relay):
-                    choice = step.choice
-                    extra: Sequence[tuple[str, str]] = ()
-                    if overlay is not None and choice is not None:
-                        extra = overlay_route.evidence(choice, overlay.table)
-                    await self._relay(up, view, extra)
-                    return up.status
-                return nxt
-            finally:
-                up.release()
-        finally:
-            own.end(key, current.clock())
-            current.changes.wake()
+    def answer(self, status: int, body: bytes, retry_after: int | None = None) -> None:
+        self.write_answer(status, body, retry_after)
 
     def _head(
         self, up: upstream.Response, view: SiteView, extra: Sequence[tuple[str, str]], length: int
@@ -337,9 +206,9 @@ class Serving:
         add("\r\n")
         return "".join(parts).encode("utf-8", "surrogateescape")
 
-    async def _relay(
+    async def relay(
         self, up: upstream.Response, view: SiteView, extra: Sequence[tuple[str, str]]
-    ) -> None:
+    ) -> int:
         """`proxy._relay`: the answer, chunk by chunk, with backpressure both ways; a
         backend failing mid-body cuts the client connection (never a complete-looking
         truncated answer)."""
@@ -351,7 +220,7 @@ class Serving:
             data = up.read_nowait()
             self.written = True
             t.write(self._head(up, view, extra, 0 if no_body else len(data)) + data)
-            return
+            return up.status
         sized = up.content_length is not None and not up.chunked
         length = up.content_length if sized and up.content_length is not None else -1
         self.written = True
@@ -366,7 +235,7 @@ class Serving:
                 out = chunk if sized else b"%x\r\n%b\r\n" % (len(chunk), chunk)
                 if up.at_eof():
                     t.write(head + out + (b"" if sized else b"0\r\n\r\n"))
-                    return
+                    return up.status
                 t.write(head + out if head else out)
                 head = b""
                 if self.paused:
@@ -375,3 +244,4 @@ class Serving:
             t.write(head + (b"" if sized else b"0\r\n\r\n"))
         except upstream.UpstreamError:
             self.abort()
+        return up.status
