@@ -8,7 +8,8 @@ This module is the pure part of the rule (docs/prefix-affinity.md):
   `max_blocks` of them, computed once per request. No tokenizer by default (a block is
   `block_bytes` bytes, about `block_bytes / BYTES_PER_TOKEN` tokens); `fingerprint_tokens`
   is the tokenizer-exact mode for a driver that has token ids (pluggable: no tokenizer
-  package ships with gridroute, so the gateway does not wire one).
+  package ships with gridroute, so the gateway does not wire one; `hash` of ints is
+  stable across processes, so such ids could be shared).
 * `PrefixMap`: which site served each block, bounded in entries (LRU) and in time (TTL),
   one per gateway; time is injected like everywhere in core.
 * `PrefixRequest`: one request's blocks and its matches, and the rule `prefer`, which
@@ -66,11 +67,11 @@ class PrefixAffinitySettings(BaseModel):
     tag_key_path: str | None = None
     """Reserved (reference field): a body path whose value tags the prefix. Not used yet.
     Default: none."""
-    block_bytes: int = Field(512, ge=16)
-    """Bytes per fingerprint block. Default: 512 (about 128 tokens)."""
+    block_bytes: int = Field(1024, ge=16)
+    """Bytes per fingerprint block. Default: 1024 (about 256 tokens)."""
     max_blocks: int = Field(64, ge=1)
-    """Blocks fingerprinted per request (the bound on its cost): 64 x 512 B = 32 KiB.
-    Default: 64."""
+    """Blocks fingerprinted per request (the bound on its cost): 64 x 1 KiB = the first
+    64 KiB of the messages; the rest of a longer prompt is not compared. Default: 64."""
     max_entries: int = Field(200_000, ge=1)
     """Blocks remembered per gateway (worker), least recently used forgotten first; about
     150 bytes each, so the default bounds the map near 30 MB. Default: 200000."""
@@ -82,34 +83,36 @@ class PrefixAffinitySettings(BaseModel):
     policy the benchmarks compare against). Default: true."""
 
 
-def fingerprint(data: bytes, block_bytes: int = 512, max_blocks: int = 64) -> tuple[int, ...]:
-    """Chained CRC-32 of the whole `block_bytes` blocks of `data` (at most `max_blocks`),
-    each tagged with its index, plus a final partial block.
+def fingerprint(data: bytes, block_bytes: int = 1024, max_blocks: int = 64) -> tuple[int, ...]:
+    """Chained CRC-32 of the `block_bytes` blocks of `data` (at most `max_blocks`, the
+    last one possibly partial).
 
     CRC-32 is chained by its own running value (`zlib.crc32(block, previous)`), in C, so
-    8 KiB costs a few microseconds; the index in the high bits keeps the same 32-bit
-    value at two depths apart. Collisions only mis-route a request (a cache miss)."""
+    each value depends on every byte before it and 8 KiB costs a few microseconds (the
+    Python loop, one pass per block, is most of it: bench/bench_select.py). A collision
+    only sends a request to a site without its cache (a miss), never a wrong answer."""
     out: list[int] = []
+    add = out.append
     h = 0
     n = min(len(data), block_bytes * max_blocks)
-    view = memoryview(data)
-    for i, start in enumerate(range(0, n, block_bytes)):
-        h = zlib.crc32(view[start : start + block_bytes], h)
-        out.append((i << 32) | h)
+    crc = zlib.crc32
+    for start in range(0, n, block_bytes):
+        h = crc(data[start : start + block_bytes], h)
+        add(h)
     return tuple(out)
 
 
 def fingerprint_tokens(
-    ids: Sequence[int], block_tokens: int = 128, max_blocks: int = 64
+    ids: Sequence[int], block_tokens: int = 256, max_blocks: int = 64
 ) -> tuple[int, ...]:
     """The tokenizer-exact mode: chained hashes of blocks of token ids (a driver with a
     tokenizer passes its ids; blocks then align with the server's cache pages)."""
     out: list[int] = []
     h = 0
     n = min(len(ids), block_tokens * max_blocks)
-    for i, start in enumerate(range(0, n, block_tokens)):
-        h = hash((h, tuple(ids[start : start + block_tokens]))) & 0xFFFFFFFF
-        out.append((i << 32) | h)
+    for start in range(0, n, block_tokens):
+        h = hash((h, tuple(ids[start : start + block_tokens])))
+        out.append(h)
     return tuple(out)
 
 
