@@ -28,6 +28,7 @@ from gridroute.core.flow import (
 )
 from gridroute.core.group_route import GroupDecision
 from gridroute.core.overlay_request import OverlayRequest
+from gridroute.core.prefix import PrefixRequest
 from gridroute.gateway import overlay_route, proxy, upstream
 from gridroute.gateway.admission_queue import wait_in_queue
 from gridroute.gateway.fairness_key import fairness_key
@@ -199,22 +200,26 @@ class Serving:
         overlay: OverlayRequest | None = None
         watch = gw.overlay
         choice: GroupDecision | None = None
+        prefix: PrefixRequest | None = None
         if by_overlay is not None:
             overlay, session = by_overlay
             preferred = None
         else:
             session = headers.get(gw.affinity_header) if gw.affinity_header else None
             preferred = current.affinity.get(session, t0) if session else None
+            prefix = proxy.prefix_of(body, current.prefixes, gw.cfg.prefix_affinity, t0)
         flow: Generator[Step, Feed, None] | None = None
         who = None
         if fair_order_on(current.snapshot.settings, policy, overlay is not None):
             who = fairness_key(gw.cfg.fairness_key, headers, self.remote, body)
         try:
-            flow = request_flow(current, model, policy, preferred, overlay, who)
+            flow = request_flow(current, model, policy, preferred, overlay, who, prefix)
             step = await wait_in_queue(flow, next(flow), current)
             d = step.decision
             if session and overlay is None:
                 gw.metrics.affinity(preferred, d)
+            if prefix is not None:
+                gw.metrics.prefix(prefix.outcome)
             fwd = proxy.forward_header_list(headers.raw, headers.get("connection"))
             while True:
                 if isinstance(step, Attempt | Refuse):
@@ -263,7 +268,7 @@ class Serving:
             if span is not None and tracer is not None:
                 if overlay is not None:
                     overlay_route.trace(span, choice, overlay.table)
-                tracer.end(span, d, site, attempts, status)
+                tracer.end(span, d, site, attempts, status, prefix)
 
     async def _attempt(
         self,
