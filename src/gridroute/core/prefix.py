@@ -78,6 +78,11 @@ class PrefixAffinitySettings(BaseModel):
     ttl_s: float = Field(600.0, gt=0)
     """A block not seen this long is forgotten (a site's cache has likely evicted it).
     Default: 600."""
+    balance_slack: float = Field(0.02, ge=0.0)
+    """A match is honoured only at a site whose rho is at most the selected tier's
+    capacity-weighted mean rho plus this (gridroute's addition: the issue's balance
+    target; without it, conversations sharing a system prompt herd onto the site that
+    served it last). Default: 0.02."""
     load_bound: bool = True
     """Measurement only: false lets affinity pass budgets and tiers (the "pure affinity"
     policy the benchmarks compare against). Default: true."""

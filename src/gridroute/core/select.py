@@ -253,7 +253,7 @@ def decide(
     if policy is Policy.FIRST:
         return Decision(Outcome.ROUTE, Path.FIRST, healthy[0], refused, None, healthy[0].rho)
     if prefix is not None and not prefix.settings.load_bound and affinity is None:
-        k = _prefer(prefix, healthy, range(len(healthy)), rng)
+        k = _prefer(prefix, healthy, range(len(healthy)), rng, weights, ())
         if k is not None:
             return Decision(Outcome.ROUTE, Path.PREFIX, healthy[k], refused, None, healthy[k].rho)
 
@@ -290,14 +290,16 @@ def decide(
                 (borrow_queued if v.is_queued else borrow).append(i)
         if free or queued:
             tier = free or queued
-            if prefix is not None and affinity is None:
-                k = _prefer(prefix, healthy, tier, rng)
+            if prefix is not None and prefix.settings.load_bound and affinity is None:
+                k = _prefer(prefix, healthy, tier, rng, weights, rhos)
                 if k is not None:
                     return Decision(Outcome.ROUTE, Path.PREFIX, healthy[k], refused, None, rhos[k])
             spread = snapshot.spread
             return _in_room(healthy, weights, rhos, tier, rng, affinity, refused, spread, model)
-        if prefix is not None:
-            _prefer(prefix, healthy, (), rng)  # past every budget: affinity does not choose
+        if prefix is not None and prefix.settings.load_bound:
+            _prefer(
+                prefix, healthy, (), rng, weights, rhos
+            )  # past every budget: affinity does not choose
         # Holding or shedding claims that no site has room; a site without a load reading
         # might have some, so with one in the way the overflow tiers decide like the seed.
         known = all(v.loaded for v in healthy)
@@ -319,8 +321,8 @@ def decide(
                 (queued if v.is_queued else free).append(i)
         # Tiers with room: queue-free first, then queued.
         if free or queued:
-            if prefix is not None and affinity is None:
-                k = _prefer(prefix, healthy, free or queued, rng)
+            if prefix is not None and prefix.settings.load_bound and affinity is None:
+                k = _prefer(prefix, healthy, free or queued, rng, weights, rhos)
                 if k is not None:
                     return Decision(Outcome.ROUTE, Path.PREFIX, healthy[k], refused, None, rhos[k])
             return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)
@@ -351,7 +353,12 @@ def decide(
 
 
 def _prefer(
-    prefix: PrefixRequest, healthy: Sequence[SiteView], tier: Sequence[int], rng: Random
+    prefix: PrefixRequest,
+    healthy: Sequence[SiteView],
+    tier: Sequence[int],
+    rng: Random,
+    weights: Sequence[float],
+    rhos: Sequence[float | None],
 ) -> int | None:
     """Index into `healthy` of the site prefix affinity sends this request to, or None
     (the pressure pick decides); the outcome is set on `prefix`.
@@ -359,7 +366,10 @@ def _prefer(
     Only sites of `tier` (the one the pressure rules selected, under the budget) are
     chosen; the longest match among them must cover `threshold` of the prompt and save
     more prefill than its queue costs. A better match outside the tier (at its budget,
-    or in a lower tier) is `overridden_by_load`."""
+    or in a lower tier) is `overridden_by_load`, and so is a match at a site whose rho is
+    above the tier's capacity-weighted mean by more than `balance_slack` (`rhos` empty:
+    not checked): without that, the conversations sharing a system prompt all follow
+    the site that served it last, and the pressure pick no longer sets the shares."""
     s = prefix.settings
     prefix.matched = 0
     matches = prefix.matches
@@ -377,11 +387,36 @@ def _prefer(
         loaded = outside > n and outside >= need
         prefix.outcome = PrefixOutcome.OVERRIDDEN_BY_LOAD if loaded else PrefixOutcome.MISS
         return None
+    if rhos and not _balanced(k, tier, weights, rhos, s.balance_slack):
+        prefix.outcome = PrefixOutcome.OVERRIDDEN_BY_LOAD
+        return None
     if s.exploration > 0.0 and rng.random() < s.exploration:
         prefix.outcome = PrefixOutcome.EXPLORED
         return None
     prefix.outcome, prefix.matched = PrefixOutcome.HIT, n
     return k
+
+
+def _balanced(
+    k: int,
+    tier: Sequence[int],
+    weights: Sequence[float],
+    rhos: Sequence[float | None],
+    slack: float,
+) -> bool:
+    """Whether site `k`'s rho is at most the tier's capacity-weighted mean plus `slack`
+    (unknown rho anywhere: not judged, the capacity draw decides as usual)."""
+    mine = rhos[k]
+    if mine is None:
+        return True
+    total = weighted = 0.0
+    for i in tier:
+        r = rhos[i]
+        if r is None:
+            return True
+        total += weights[i]
+        weighted += weights[i] * r
+    return total <= 0.0 or mine <= weighted / total + slack
 
 
 def _not_chosen(healthy: Sequence[SiteView], chosen: SiteView) -> tuple[tuple[str, str], ...]:
