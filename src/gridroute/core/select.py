@@ -297,9 +297,8 @@ def decide(
             spread = snapshot.spread
             return _in_room(healthy, weights, rhos, tier, rng, affinity, refused, spread, model)
         if prefix is not None and prefix.settings.load_bound:
-            _prefer(
-                prefix, healthy, (), rng, weights, rhos
-            )  # past every budget: affinity does not choose
+            # Past every budget: affinity does not choose (the outcome says so).
+            _prefer(prefix, healthy, (), rng, weights, rhos)
         # Holding or shedding claims that no site has room; a site without a load reading
         # might have some, so with one in the way the overflow tiers decide like the seed.
         known = all(v.loaded for v in healthy)
