@@ -33,17 +33,23 @@ def test_a_conversation_stays_on_its_site_until_that_site_is_at_its_budget() -> 
             client = g.client()
             history: list[dict[str, str]] = [{"role": "system", "content": SYSTEM}]
 
+            cached: list[int] = []
+
             async def turn(i: int) -> str:
                 history.append({"role": "user", "content": f"question {i}"})
                 raw = await client.chat.completions.with_raw_response.create(
                     model=MODEL,
                     messages=history,  # type: ignore[arg-type]
                 )
+                details = raw.parse().usage.prompt_tokens_details  # type: ignore[union-attr]
+                cached.append(details.cached_tokens or 0 if details else 0)
                 history.append({"role": "assistant", "content": f"answer {i} " * 10})
                 return raw.headers["x-grid-site"]
 
             first = await turn(0)
             assert [await turn(i) for i in range(1, 8)] == [first] * 7
+            # The fake server reports each turn after the first as a cached-prefix hit.
+            assert cached[0] == 0 and all(c > 0 for c in cached[1:])
             # The first turn matched nothing (a miss); the seven after it were hits.
             assert _outcomes(g) == {
                 "hit": 7.0,
@@ -57,6 +63,7 @@ def test_a_conversation_stays_on_its_site_until_that_site_is_at_its_budget() -> 
             g.feed(loads)
             moved = await turn(8)
             assert moved != first
+            assert cached[-1] == 0  # the new site had not seen the conversation
             assert _outcomes(g)["overridden_by_load"] == 1.0
             # The new site served the prefix: the next turns follow it.
             assert {await turn(i) for i in range(9, 14)} == {moved}
