@@ -167,3 +167,14 @@ def test_the_flow_records_the_site_that_answered() -> None:
     flow2 = request_flow(fg, MODEL, Policy.GRIDROUTE, prefix=again)
     assert next(flow2).view.key == first  # type: ignore[union-attr]
     assert again.outcome is PrefixOutcome.HIT
+
+
+def test_defaults_are_the_references() -> None:
+    """reference-behaviour 1.9: enabled, 0.8, 0.02, 10000 tokens/s, 2.0 s, no tag path."""
+    d = PrefixAffinitySettings()
+    assert (d.enabled, d.threshold, d.exploration) == (True, 0.8, 0.02)
+    assert (d.prefill_tokens_per_second, d.queued_request_seconds, d.tag_key_path) == (
+        10000.0,
+        2.0,
+        None,
+    )

@@ -91,3 +91,17 @@ def test_prefix_affinity_can_be_turned_off() -> None:
             assert sum(_outcomes(g).values()) == 0.0
 
     run(scenario)
+
+
+def test_the_gateway_config_carries_the_block() -> None:
+    from gridroute.gateway.config import GatewayConfig
+
+    cfg = GatewayConfig.model_validate(
+        {
+            "listen": "127.0.0.1:0",
+            "sites": [{"name": "a", "backend_url": "http://127.0.0.1:1"}],
+            "models": [{"name": "m"}],
+            "prefix_affinity": {"threshold": 0.9},
+        }
+    )
+    assert cfg.prefix_affinity.threshold == 0.9 and cfg.prefix_affinity.enabled
