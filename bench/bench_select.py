@@ -17,6 +17,9 @@ Last, whole requests through the one request flow (`core/flow.py`: first decisio
 one attempt, its answer, the relay), with and without the overlay, so the cost of
 routing overlay requests through the flow (rather than a loop of their own) is a
 number: "flow cost" is the flow minus the decision it wraps, measured in the same run.
+
+Then the prefix rows (issue 24): the prefix fingerprint of 8 KiB of prompt, alone and
+with its prefix-map lookup, and their ratio to one `zlib.crc32` of the same 8 KiB.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,6 +48,7 @@ from gridroute.core.group_route import Group, ModelGroups, OverlayIndex, Slot, b
 from gridroute.core.groups import Admission
 from gridroute.core.overlay_request import OverlayRequest
 from gridroute.core.pickers import Picker, PickerStates
+from gridroute.core.prefix import PrefixMap, fingerprint
 
 
 def build(n_sites: int, seed: int = 1) -> tuple[GridState, OwnLoad]:
@@ -108,6 +113,7 @@ def main() -> None:
 
     overlay_rows(args.n)
     flow_rows(args.n)
+    prefix_rows(args.n)
 
 
 def overlay_rows(n_calls: int, reps: int = 7) -> None:
@@ -225,6 +231,32 @@ def flow_rows(n_calls: int, reps: int = 7) -> None:
                 f"{n_sites:>5} {name.removeprefix('flow '):>22} {us:>11.2f} "
                 f"{best[ref]:>12.2f} {us - best[ref]:>13.2f}"
             )
+
+
+def prefix_rows(n_calls: int, reps: int = 7) -> None:
+    """Issue 24: the prefix fingerprint of an 8 KiB prompt (1 KiB blocks, so 8
+    chained CRC-32s) and its lookup in a warm prefix map, against hashing the raw
+    8 KiB once (`zlib.crc32`) in the same run. Target: fingerprint under 5 us."""
+    prompt = (b'{"role":"user","content":"' + b"lorem ipsum dolor sit amet " * 400)[:8192]
+    table = PrefixMap()
+    blocks = fingerprint(prompt)
+    table.record(blocks, "s0/p", 0.0)
+    fns: dict[str, Callable[[], object]] = {
+        "crc32 8 KiB once": lambda: zlib.crc32(prompt),
+        "fingerprint 8 KiB": lambda: fingerprint(prompt),
+        "fingerprint + match": lambda: table.matches(fingerprint(prompt), 1.0),
+    }
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.thread_time()
+            for _ in range(n_calls):
+                fn()
+            best[name] = min(best[name], (time.thread_time() - t0) / n_calls * 1e6)
+    base = best["crc32 8 KiB once"]
+    print(f"\n{'prefix (issue 24)':>22} {'us/call':>9} {'ratio vs crc32 once':>20}")
+    for name, us in best.items():
+        print(f"{name:>22} {us:>9.2f} {us / base:>20.1f}")
 
 
 if __name__ == "__main__":

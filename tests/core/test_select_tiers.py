@@ -234,6 +234,7 @@ def test_paths_and_reasons_are_bounded_label_values() -> None:
         "queue_tie",
         "saturated",
         "affinity",
+        "prefix",
         "borrow",
         "first",
         "overlay",

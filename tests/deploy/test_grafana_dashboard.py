@@ -51,6 +51,7 @@ def test_the_dashboard_reads_share_rho_ceilings_decisions_shedding_polls_and_lat
         "grid_signals_last_success_timestamp_seconds",
         "grid_signals_ingest_dropped_total",
         "grid_provider_scrape_total",
+        "grid_route_prefix_affinity_total",
     ):
         assert name in read, name
 

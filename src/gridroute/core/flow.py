@@ -69,6 +69,7 @@ from gridroute.core.fairness import FairAdmission, fair_hold_s, fair_order_on
 from gridroute.core.gridstate import Snapshot
 from gridroute.core.group_route import GroupDecision
 from gridroute.core.overlay_request import OverlayRequest
+from gridroute.core.prefix import PrefixRequest
 from gridroute.core.select import Decision, Outcome, Path, Policy, Reason, decide, retry_after_s
 from gridroute.core.view import SiteView
 
@@ -249,10 +250,14 @@ def request_flow(
     affinity: str | None = None,
     overlay: OverlayRequest | None = None,
     client: str | None = None,
+    prefix: PrefixRequest | None = None,
 ) -> Generator[Step, Feed, None]:
     """The flow of one request to `model` (see the module docstring); `overlay` when
     the routing overlay names the model. `client` is the request's fairness key: with
-    it, and fair order on (`core/fairness.py`), DECIDE and HOLDING admit in fair order."""
+    it, and fair order on (`core/fairness.py`), DECIDE and HOLDING admit in fair order.
+    `prefix` is the request's prefix (`core/prefix.py`): its first decisions prefer the
+    site holding it (never a retry), and a relayed answer below 500 records the site
+    that served it in the gateway's prefix map."""
     clock = grid.clock
     ejections = grid.ejections
     now = clock()
@@ -265,7 +270,7 @@ def request_flow(
     if overlay is not None:
         d, choice = _by_overlay(grid, overlay, snap, model, NO_KEYS, None, now)
     else:
-        d = _decide(grid, snap, model, policy, affinity, NO_KEYS, True, now)
+        d = _decide(grid, snap, model, policy, affinity, NO_KEYS, True, now, prefix)
     if fair is not None:
         d = fair.gate(d, model, who, None, now, snap.settings, True)
     if d.outcome is Outcome.HOLD:
@@ -289,7 +294,7 @@ def request_flow(
                     and not fair.first(model, who, ticket, now, snap.settings)
                 ):
                     continue  # another waiter goes first: no decision needed (all are woken)
-                d = _decide(grid, snap, model, policy, affinity, NO_KEYS, woke, now)
+                d = _decide(grid, snap, model, policy, affinity, NO_KEYS, woke, now, prefix)
                 if fair is not None:
                     d = fair.gate(d, model, who, ticket, now, snap.settings, woke)
         finally:
@@ -327,6 +332,8 @@ def request_flow(
                     tried, after = tried | {key}, (view.site, f"status_{status}")
                     d, choice = nxt
                     continue
+            if prefix is not None and status < 500:
+                prefix.served(key, now)
             yield Relay(d, status)
             return
         if not isinstance(fed, Failure):
@@ -389,6 +396,7 @@ def _decide(
     tried: frozenset[str],
     can_hold: bool,
     now: float,
+    prefix: PrefixRequest | None = None,
 ) -> Decision:
     """The core's pick, with ejected candidates demoted.
 
@@ -399,8 +407,8 @@ def _decide(
     ejected = grid.ejections.out(now, snap)
     rng, counts = grid.rng, grid.own.counts
     if not ejected:
-        return decide(snap, model, rng, policy, counts, affinity, can_hold, tried)
-    d = decide(snap, model, rng, policy, counts, affinity, can_hold, tried | ejected)
+        return decide(snap, model, rng, policy, counts, affinity, can_hold, tried, prefix)
+    d = decide(snap, model, rng, policy, counts, affinity, can_hold, tried | ejected, prefix)
     if d.outcome is Outcome.NO_SITE:
         last = decide(snap, model, rng, policy, counts, affinity, can_hold, tried)
         if last.outcome is Outcome.ROUTE:

@@ -32,6 +32,7 @@ from random import Random
 
 from gridroute.core.gridstate import Snapshot
 from gridroute.core.liveness import Live
+from gridroute.core.prefix import PrefixOutcome, PrefixRequest
 from gridroute.core.settings import AvailabilitySettings
 from gridroute.core.spread import Spread
 from gridroute.core.view import ModelPlan, SiteView
@@ -68,6 +69,8 @@ class Path(StrEnum):
     QUEUE_TIE = "queue_tie"
     SATURATED = "saturated"
     AFFINITY = "affinity"
+    PREFIX = "prefix"
+    """Prefix affinity: the site holding the longest cached prefix, in the selected tier."""
     BORROW = "borrow"
     """gridroute: this gateway's fair share is used up, the site has room by the estimate."""
     FIRST = "first"
@@ -264,13 +267,16 @@ def decide(
     affinity: str | None = None,
     can_hold: bool = True,
     exclude: frozenset[str] = frozenset(),
+    prefix: PrefixRequest | None = None,
 ) -> Decision:
     """Choose a candidate for one request to `model`.
 
     `own` is this gateway's in-flight per key now (gridroute reads it); `affinity` a
     preferred key (session/prefix), honoured only inside the chosen tier; `can_hold`
     false once a held request has waited `max_queue_ms`; `exclude` keys already tried
-    by this request (a retry goes to another site).
+    by this request (a retry goes to another site); `prefix` the request's prefix
+    matches (`core/prefix.py`), preferred like `affinity` only inside a tier with room
+    and under this gateway's budget, its outcome set on it.
     """
     plan = snapshot.plan(model)
     if plan is None:
@@ -294,6 +300,10 @@ def decide(
         return _fallthrough(plan, rng, refused, policy is Policy.FIRST)
     if policy is Policy.FIRST:
         return Decision(Outcome.ROUTE, Path.FIRST, healthy[0], refused, None, healthy[0].rho)
+    if prefix is not None and not prefix.settings.load_bound and affinity is None:
+        k = _prefer(prefix, healthy, range(len(healthy)), rng, weights, ())
+        if k is not None:
+            return Decision(Outcome.ROUTE, Path.PREFIX, healthy[k], refused, None, healthy[k].rho)
 
     counted = policy is Policy.GRIDROUTE
     n = len(healthy)
@@ -332,6 +342,10 @@ def decide(
                 (borrow_queued if v.is_queued else borrow).append(i)
         if free or queued:
             tier = free or queued
+            if prefix is not None and prefix.settings.load_bound and affinity is None:
+                k = _prefer(prefix, healthy, tier, rng, weights, rhos)
+                if k is not None:
+                    return Decision(Outcome.ROUTE, Path.PREFIX, healthy[k], refused, None, rhos[k])
             spread = snapshot.spread
             seed = room_free if free else room_queued
             if len(tier) < len(seed) and len(seed) >= 3 and affinity is None:
@@ -352,6 +366,9 @@ def decide(
                     v = healthy[winner]
                     return Decision(Outcome.ROUTE, Path.BORROW, v, refused, None, rhos[winner])
             return _in_room(healthy, weights, rhos, tier, rng, affinity, refused, spread, model)
+        if prefix is not None and prefix.settings.load_bound:
+            # Past every budget: affinity does not choose (the outcome says so).
+            _prefer(prefix, healthy, (), rng, weights, rhos)
         # Holding or shedding claims that no site has room; a site without a load reading
         # might have some, so with one in the way the overflow tiers decide like the seed.
         known = all(v.loaded for v in healthy)
@@ -373,6 +390,10 @@ def decide(
                 (queued if v.is_queued else free).append(i)
         # Tiers with room: queue-free first, then queued.
         if free or queued:
+            if prefix is not None and prefix.settings.load_bound and affinity is None:
+                k = _prefer(prefix, healthy, free or queued, rng, weights, rhos)
+                if k is not None:
+                    return Decision(Outcome.ROUTE, Path.PREFIX, healthy[k], refused, None, rhos[k])
             return _in_room(healthy, weights, rhos, free or queued, rng, affinity, refused)
 
     tier = [i for i in range(n) if not healthy[i].full]
@@ -398,6 +419,73 @@ def decide(
     return Decision(
         Outcome.ROUTE, path, chosen, refused + _not_chosen(healthy, chosen), None, rhos[tier[k]]
     )
+
+
+def _prefer(
+    prefix: PrefixRequest,
+    healthy: Sequence[SiteView],
+    tier: Sequence[int],
+    rng: Random,
+    weights: Sequence[float],
+    rhos: Sequence[float | None],
+) -> int | None:
+    """Index into `healthy` of the site prefix affinity sends this request to, or None
+    (the pressure pick decides); the outcome is set on `prefix`.
+
+    Only sites of `tier` (the one the pressure rules selected, under the budget) are
+    chosen; the longest match among them must cover `threshold` of the prompt and save
+    more prefill than its queue costs. A better match outside the tier (at its budget,
+    or in a lower tier) is `overridden_by_load`, and so is a match at a site whose rho is
+    above the tier's capacity-weighted mean by more than `balance_slack` (`rhos` empty:
+    not checked): without that, the conversations sharing a system prompt all follow
+    the site that served it last, and the pressure pick no longer sets the shares."""
+    s = prefix.settings
+    prefix.matched = 0
+    matches = prefix.matches
+    if not s.enabled or not matches:
+        prefix.outcome = PrefixOutcome.MISS
+        return None
+    need = s.threshold * len(prefix.blocks)
+    k, n = -1, 0
+    for i in tier:
+        m = matches.get(healthy[i].key, 0)
+        if m > n:
+            k, n = i, m
+    if k < 0 or n < need or not prefix.worth(n, healthy[k].queued):
+        outside = max((matches.get(v.key, 0) for v in healthy), default=0)
+        loaded = outside > n and outside >= need
+        prefix.outcome = PrefixOutcome.OVERRIDDEN_BY_LOAD if loaded else PrefixOutcome.MISS
+        return None
+    if rhos and not _balanced(k, tier, weights, rhos, s.balance_slack):
+        prefix.outcome = PrefixOutcome.OVERRIDDEN_BY_LOAD
+        return None
+    if s.exploration > 0.0 and rng.random() < s.exploration:
+        prefix.outcome = PrefixOutcome.EXPLORED
+        return None
+    prefix.outcome, prefix.matched = PrefixOutcome.HIT, n
+    return k
+
+
+def _balanced(
+    k: int,
+    tier: Sequence[int],
+    weights: Sequence[float],
+    rhos: Sequence[float | None],
+    slack: float,
+) -> bool:
+    """Whether site `k`'s rho is at most the tier's capacity-weighted mean plus `slack`
+    (unknown rho anywhere: not judged, the capacity draw decides as usual)."""
+    mine = rhos[k]
+    if mine is None:
+        return True
+    total = weighted = 0.0
+    for i in tier:
+        r = rhos[i]
+        if r is None:
+            return True
+        total += weights[i]
+        weighted += weights[i] * r
+    return total <= 0.0 or mine <= weighted / total + slack
 
 
 def _not_chosen(healthy: Sequence[SiteView], chosen: SiteView) -> tuple[tuple[str, str], ...]:

@@ -52,13 +52,15 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
 
 
 def chat_completion(
-    rid: str, created: int, model: str, tokens: int, prompt: int, finish: str
+    rid: str, created: int, model: str, tokens: int, prompt: int, finish: str, cached: int = 0
 ) -> dict[str, Any]:
+    """A chat answer; `cached` prompt tokens were a prefix this server had seen (vLLM's
+    `usage.prompt_tokens_details.cached_tokens`)."""
     message = {"role": "assistant", "content": text(tokens)}
     return {
         "id": rid, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": usage(prompt, tokens),
+        "usage": {**usage(prompt, tokens), "prompt_tokens_details": {"cached_tokens": cached}},
     }  # fmt: skip
 
 

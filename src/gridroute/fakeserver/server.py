@@ -151,7 +151,10 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
         if st.answers is not None:
             st.answers.began(request.headers.get(REQUEST_ID_HEADER))
         if kind is Kind.CHAT:
-            out = shapes.chat_completion("chatcmpl-" + rid, created, model, tokens, prompt, finish)
+            cached = st.prefixes.serve(body.get("messages"))
+            out = shapes.chat_completion(
+                "chatcmpl-" + rid, created, model, tokens, prompt, finish, cached
+            )
         elif kind is Kind.COMPLETION:
             out = shapes.completion("cmpl-" + rid, created, model, tokens, prompt, finish)
         elif kind is Kind.RESPONSE:

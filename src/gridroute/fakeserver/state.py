@@ -16,6 +16,7 @@ from aiohttp import web
 from gridroute.fakeserver import openai_shapes as shapes
 from gridroute.fakeserver.answer_log import AnswerLog
 from gridroute.fakeserver.metrics import make_registry
+from gridroute.fakeserver.prefix_cache import PrefixCache
 from gridroute.fakeserver.served_model import FakeEngine
 from gridroute.fakeserver.servicetime import ServiceTime
 from gridroute.fakeserver.settings import FakeServerConfig
@@ -54,6 +55,8 @@ class ServerState:
         (`/admin/metrics`: a failing scrape in front of a healthy backend)."""
         self._resume = asyncio.Event()
         self._resume.set()
+        self.prefixes = PrefixCache()
+        """Chat prefixes seen: the `cached_tokens` a chat answer reports."""
         self.answers = AnswerLog(cfg.answer_log) if cfg.answer_log else None
         """Where answers begun are logged (`FakeServerConfig.answer_log`), if anywhere."""
 

@@ -24,6 +24,7 @@ from gridroute.config import (
     validate,
 )
 from gridroute.core.overlay_request import DEFAULT_MAX_ATTEMPTS
+from gridroute.core.prefix import PrefixAffinitySettings
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
 from gridroute.gateway import fairness_key
@@ -299,6 +300,10 @@ class GatewayConfig(_Frozen):
     """Backend health probes. Default: on, every 3 s, up after 2, down after 3."""
     affinity: AffinityConfig = AffinityConfig()
     """Session affinity by a request header. Default: on, header `x-session-id`."""
+    prefix_affinity: PrefixAffinitySettings = PrefixAffinitySettings()
+    """Prefix affinity (docs/prefix-affinity.md): a request goes to the site that served
+    its longest prefix, within the selected tier and under this gateway's budget.
+    Default: on, threshold 0.8, exploration 0.02."""
     auth: AuthConfig = AuthConfig()
     """API keys. Default: none needed."""
     fairness_key: str = "api_key"

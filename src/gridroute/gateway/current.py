@@ -39,6 +39,7 @@ from gridroute.core import (
 from gridroute.core.ejection import Ejections
 from gridroute.core.fairness import FairAdmission
 from gridroute.core.gateway_load import GatewayLoad
+from gridroute.core.prefix import PrefixMap
 from gridroute.gateway.routing import Routing
 
 log = logging.getLogger("gridroute.gateway")
@@ -120,6 +121,8 @@ class CurrentGrid:
         self.own = OwnLoad()
         self.affinity = AffinityTable()
         """Session -> key that served it last (gateway config `affinity`)."""
+        self.prefixes = PrefixMap()
+        """Prefix block -> key that served it last (gateway config `prefix_affinity`)."""
         self.changes = Changes()
         self.ejections = Ejections(_log_ejection)
         """Candidates this worker set aside after consecutive gateway errors."""

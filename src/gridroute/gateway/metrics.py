@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from gridroute.core import Decision, Health, Path
+from gridroute.core.prefix import PrefixOutcome
 from gridroute.gateway.backends import Backends
 from gridroute.gateway.current import CurrentGrid
 
@@ -345,6 +346,15 @@ class GatewayMetrics:
             registry=r,
         )
         self._aff = {o: self._affinity.labels(o) for o in ("hit", "moved", "new")}
+        self._prefix_affinity = Counter(
+            "grid_route_prefix_affinity_total",
+            "First decisions of requests with a prompt prefix: hit (sent to the site holding "
+            "its longest prefix), miss (no match worth it), overridden_by_load (the best "
+            "match was at its budget or outside the selected tier) or explored.",
+            ["outcome"],
+            registry=r,
+        )
+        self._pfx = {o: self._prefix_affinity.labels(o.value) for o in PrefixOutcome}
         self._ret: dict[tuple[str, str], Counter] = {}
         self._dur_key: dict[tuple[str, int], tuple[str, str]] = {}
         r.register(TableCollector([self._duration, self._added]))
@@ -381,6 +391,11 @@ class GatewayMetrics:
             self._aff["hit"].inc()
         else:
             self._aff["moved"].inc()
+
+    def prefix(self, outcome: PrefixOutcome | None) -> None:
+        """Count one request's prefix-affinity outcome (none: affinity never ran)."""
+        if outcome is not None:
+            self._pfx[outcome].inc()
 
     def retry(self, site: str, reason: str) -> None:
         key = (site, reason)

@@ -44,6 +44,7 @@ from gridroute.core.flow import (
 )
 from gridroute.core.group_route import GroupDecision
 from gridroute.core.overlay_request import OverlayRequest
+from gridroute.core.prefix import PrefixAffinitySettings, PrefixMap, PrefixRequest, fingerprint
 from gridroute.gateway import overlay_route, upstream
 from gridroute.gateway.admission_queue import wait_in_queue
 from gridroute.gateway.fairness_key import fairness_key
@@ -263,25 +264,31 @@ async def route(
     )
     overlay: OverlayRequest | None = None
     choice: GroupDecision | None = None
+    prefix: PrefixRequest | None = None
     if by_overlay is not None:
         overlay, session = by_overlay
         preferred = None
     else:
         session = headers.get(gw.affinity_header) if gw.affinity_header else None
         preferred = current.affinity.get(session, t0) if session else None
+    prefix = (
+        prefix_of(body, current.prefixes, gw.cfg.prefix_affinity, t0) if overlay is None else None
+    )
     flow: Generator[Step, Feed, None] | None = None
     who = None  # the key is read only where fair order ranks it (the flow's own test)
     if fair_order_on(current.snapshot.settings, policy, overlay is not None):
         who = fairness_key(gw.cfg.fairness_key, headers, remote, body)
     metrics = gw.metrics
     try:
-        flow = request_flow(current, model, policy, preferred, overlay, who)
+        flow = request_flow(current, model, policy, preferred, overlay, who, prefix)
         step = next(flow)
         if isinstance(step, Hold):  # no coroutine for the common case, a step at once
             step = await wait_in_queue(flow, step, current)
         d = step.decision
         if session and overlay is None:
             metrics.affinity(preferred, d)
+        if prefix is not None:
+            metrics.prefix(prefix.outcome)
         fwd = ex.forward()
         while True:
             if isinstance(step, Attempt | Refuse):
@@ -328,7 +335,26 @@ async def route(
         if span is not None and tracer is not None:
             if overlay is not None:
                 overlay_route.trace(span, choice, overlay.table)
-            tracer.end(span, d, site, attempts, status)
+            tracer.end(span, d, site, attempts, status, prefix)
+
+
+def prefix_of(
+    body: bytes, table: PrefixMap, s: PrefixAffinitySettings, now: float
+) -> PrefixRequest | None:
+    """The request's prefix (`core/prefix.py`), or None when prefix affinity is off or
+    the body has no `messages`.
+
+    The rendered messages are the body's bytes from its `"messages"` key on, as the
+    client wrote them: a chat client resends its history the same way, so its turns
+    share their leading blocks, and the body is fingerprinted without decoding it
+    again (fields after the messages only change the last blocks)."""
+    if not s.enabled:
+        return None
+    at = body.find(b'"messages"')
+    if at < 0:
+        return None
+    blocks = fingerprint(body[at : at + s.block_bytes * s.max_blocks], s.block_bytes, s.max_blocks)
+    return PrefixRequest.start(blocks, s, table, now)
 
 
 def failure_of(exc: upstream.UpstreamError) -> Failure:

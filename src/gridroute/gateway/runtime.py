@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from gridroute.config import ConfigError
 from gridroute.core import AffinityTable
+from gridroute.core.prefix import PrefixMap
 from gridroute.gateway.api_keys import ApiKeys
 from gridroute.gateway.backends import Backends, ssl_context
 from gridroute.gateway.claims import ClaimBounds, ClaimClamp
@@ -112,6 +113,8 @@ class Gateway:
         self.current = CurrentGrid(self.routing, cfg.availability)
         self.current.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
         self.affinity_header = cfg.affinity.header
+        pa = cfg.prefix_affinity
+        self.current.prefixes = PrefixMap(pa.max_entries, pa.ttl_s)
         self.backends = Backends()
         self.metrics = GatewayMetrics(registry)
         self.refusals = SheddingState()
@@ -249,6 +252,12 @@ class Gateway:
         if cfg.affinity != old.affinity:
             self.current.affinity = AffinityTable(cfg.affinity.max_entries, cfg.affinity.ttl_s)
             self.affinity_header = cfg.affinity.header
+        pa = cfg.prefix_affinity
+        if (pa.max_entries, pa.ttl_s) != (
+            old.prefix_affinity.max_entries,
+            old.prefix_affinity.ttl_s,
+        ):
+            self.current.prefixes = PrefixMap(pa.max_entries, pa.ttl_s)
         self.prober.cfg = cfg.health
         self.claims.bounds = claim_bounds(cfg)
         if self.overlay is not None:

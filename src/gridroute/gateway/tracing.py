@@ -28,6 +28,7 @@ import random
 from typing import Any
 
 from gridroute.core import Decision, Policy
+from gridroute.core.prefix import PrefixRequest
 from gridroute.gateway.config import TracingConfig
 
 
@@ -106,11 +107,24 @@ class RequestTracer:
             },
         )
 
-    def end(self, span: Any, d: Decision | None, site: str, attempts: int, status: int) -> None:
-        """Close the span; `d` is None when the client left while the request was held."""
+    def end(
+        self,
+        span: Any,
+        d: Decision | None,
+        site: str,
+        attempts: int,
+        status: int,
+        prefix: PrefixRequest | None = None,
+    ) -> None:
+        """Close the span; `d` is None when the client left while the request was held.
+        With `prefix`, the prefix-affinity decision: outcome, blocks, blocks matched."""
         if not span.is_recording():
             span.end()
             return
+        if prefix is not None and prefix.outcome is not None:
+            span.set_attribute("grid.prefix.outcome", prefix.outcome.value)
+            span.set_attribute("grid.prefix.blocks", len(prefix.blocks))
+            span.set_attribute("grid.prefix.matched_blocks", prefix.matched)
         if d is not None:
             span.set_attribute("grid.outcome", d.outcome.value)
             span.set_attribute("grid.path", d.path.value)

@@ -37,6 +37,7 @@ from gridroute.core.flow import (
     request_flow,
 )
 from gridroute.core.group_route import build_table
+from gridroute.core.prefix import PrefixRequest
 from gridroute.sim.gateway import SimGateway
 from gridroute.sim.model import Network, SimOperator, SimRequest, SimSite
 from gridroute.sim.scenario import (
@@ -48,6 +49,7 @@ from gridroute.sim.scenario import (
     RestartEvent,
     Scenario,
 )
+from gridroute.sim.sessions import BLOCK_TOKENS, Workload
 from gridroute.sim.tally import Probe, Series, Tally
 from gridroute.sim.worlds import available_slots, build_operators, build_sites, external_changes
 from gridroute.wire.overlay import to_index
@@ -158,6 +160,10 @@ class SimRun:
         self.backoff = Random(f"{base}:backoff")
         """Clients' Retry-After waits, when they jitter them (`Scenario.retry_jitter`)."""
         self.tally = Tally(names, sc.warmup_s, sc.duration_s)
+        self.workload = (
+            None if sc.sessions is None else Workload(sc.sessions, Random(f"{base}:sessions"))
+        )
+        """Multi-turn conversations (scenario `sessions`): each send is a client's next turn."""
         self.client_gw: list[int] = []
         self.client_active: list[bool] = []
         self.client_keys: list[str] = []
@@ -200,6 +206,8 @@ class SimRun:
         measured = self.tally.row(sc.window_s)
         ideal = ideal_requests(sc, self.clients)
         row.update(measured)
+        if self.workload is not None:
+            row["sessions"] = self.workload.started
         row["ideal_requests"] = ideal
         if self.tally.probes:
             row["events"] = [p.as_dict() for p in self.tally.probes]
@@ -288,8 +296,20 @@ class SimRun:
             return
         gw = self.gateways[self.client_gw[client]]
         req = SimRequest(client, t)
+        prefix = None
+        if self.workload is not None:
+            req.blocks, req.tokens = self.workload.prompt(client)
+            pa = self.sc.prefix_affinity
+            if pa.enabled:
+                blocks = req.blocks[: pa.max_blocks]
+                prefix = PrefixRequest.start(blocks, pa, gw.prefixes, t)
         flow = req.flow = request_flow(
-            gw, MODEL, gw.policy, overlay=gw.overlay, client=self.client_keys[client]
+            gw,
+            MODEL,
+            gw.policy,
+            overlay=gw.overlay,
+            client=self.client_keys[client],
+            prefix=prefix,
         )
         self._do(gw, req, next(flow), t)
 
@@ -371,7 +391,15 @@ class SimRun:
     def _serve(self, site: SimSite, req: SimRequest, t: float) -> None:
         site.busy += 1
         site.serving.add(req)
-        self.at(t + site.service_s(), COMPLETE, self._complete, (req, req.serial))
+        prefill = 0.0
+        if site.cache is not None and self.workload is not None:
+            # The prefill of the tokens this site has not cached comes first (the first
+            # token's wait), then the decode the service time models.
+            cached = min(site.cache.serve(req.blocks) * BLOCK_TOKENS, req.tokens)
+            prefill = (req.tokens - cached) / self.workload.spec.prefill_tokens_per_second
+            if self.tally.counts(t):
+                self.tally.prefill(req.tokens, cached, t + prefill - req.sent_at)
+        self.at(t + prefill + site.service_s(), COMPLETE, self._complete, (req, req.serial))
 
     def _end_attempt(self, gw: SimGateway, req: SimRequest, t: float) -> None:
         """The attempt in flight is over: the gateway's count drops, held requests wake."""

@@ -31,6 +31,7 @@ from gridroute.core.gateway_load import combine
 from gridroute.core.group_route import RouteTable
 from gridroute.core.overlay_request import OverlayRequest
 from gridroute.core.pickers import PickerStates
+from gridroute.core.prefix import PrefixMap
 from gridroute.sim.model import SimOperator, SimRequest
 from gridroute.sim.scenario import MODEL, PROVIDER
 
@@ -55,6 +56,7 @@ class SimGateway:
         "overlay",
         "own",
         "policy",
+        "prefixes",
         "rng",
         "site",
         "state",
@@ -87,6 +89,8 @@ class SimGateway:
         """The simulation's clock (the time of the event being handled)."""
         self.held: deque[SimRequest] = deque()
         self.drain_pending = False
+        self.prefixes = PrefixMap()
+        """Prefix block -> the site that served it (used with scenario `sessions`)."""
         self._snapshot: Snapshot | None = None
         self.overlay: OverlayRequest | None = None
         """Under the scenario's overlay: every request's overlay inputs (no sessions)."""

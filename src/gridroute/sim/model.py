@@ -17,6 +17,7 @@ from random import Random
 from gridroute.core.flow import Feed, Step
 from gridroute.core.sample import Sample
 from gridroute.sim.scenario import PROVIDER, ServiceSpec, SizeSpec
+from gridroute.sim.sessions import KvCache
 
 
 class ServiceTimes:
@@ -63,7 +64,18 @@ class SimRequest:
     Its course is the core's request flow (`flow`), the same generator the gateway
     drives; the engine carries out each step and sends back what happened."""
 
-    __slots__ = ("client", "flow", "held", "held_at", "key", "sent_at", "serial", "site")
+    __slots__ = (
+        "blocks",
+        "client",
+        "flow",
+        "held",
+        "held_at",
+        "key",
+        "sent_at",
+        "serial",
+        "site",
+        "tokens",
+    )
 
     def __init__(self, client: int, sent_at: float) -> None:
         self.client = client
@@ -80,6 +92,10 @@ class SimRequest:
         """In its gateway's admission queue now."""
         self.held_at = 0.0
         """When it began waiting (its place among equals in fair order)."""
+        self.blocks: tuple[int, ...] = ()
+        """Its prompt's blocks (scenario `sessions`; empty without)."""
+        self.tokens = 0
+        """Its prompt's tokens (scenario `sessions`)."""
 
 
 class SimSite:
@@ -91,6 +107,7 @@ class SimSite:
 
     __slots__ = (
         "busy",
+        "cache",
         "external",
         "key",
         "metrics_up",
@@ -125,6 +142,8 @@ class SimSite:
         self.serving: set[SimRequest] = set()
         self.up = True
         self.metrics_up = True
+        self.cache: KvCache | None = None
+        """Its KV cache, with scenario `sessions`."""
         self.refuses = False
         """Answers 429 when every slot is busy instead of queueing (`when_full: refuse`)."""
 

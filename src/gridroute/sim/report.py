@@ -119,11 +119,31 @@ def events_table(results: list[RunResult]) -> Table | None:
     return t
 
 
+def prefill_table(results: list[RunResult]) -> Table | None:
+    """With scenario `sessions`: prefill saved and time to first token per row."""
+    rows = [r.row for r in results if "prefill_saved" in r.row]
+    if not rows:
+        return None
+    t = Table(title="prefill (sessions)")
+    for name in ("clients", "policy", "prefill saved", "ttft p50 s", "ttft p99 s", "sessions"):
+        t.add_column(name, justify="right")
+    for row in rows:
+        t.add_row(
+            str(row["clients"]),
+            row["policy"],
+            f"{row['prefill_saved']:.3f}",
+            _seconds(row["ttft_p50_s"]),
+            _seconds(row["ttft_p99_s"]),
+            str(row.get("sessions", "")),
+        )
+    return t
+
+
 def print_report(scenario: Scenario, results: list[RunResult], console: Console) -> None:
     console.print(table(scenario, results))
-    extra = events_table(results)
-    if extra is not None:
-        console.print(extra)
+    for extra in (events_table(results), prefill_table(results)):
+        if extra is not None:
+            console.print(extra)
 
 
 def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:

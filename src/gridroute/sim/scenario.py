@@ -33,8 +33,10 @@ from pydantic import (
 
 from gridroute.config import load, read_text, validate
 from gridroute.core.overlay_request import DEFAULT_MAX_ATTEMPTS
+from gridroute.core.prefix import PrefixAffinitySettings
 from gridroute.core.select import Policy
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.sim.sessions import SessionsSpec
 from gridroute.wire.overlay import Overlay, parse_overlay
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
@@ -326,6 +328,17 @@ class Scenario(BaseModel):
     the scenario): its selection groups and picker decide every request instead of the
     policy, retrying in the group and falling through as a gateway does. Candidates
     name scenario sites, provider `default`. Default: none."""
+    sessions: SessionsSpec | None = None
+    """Multi-turn conversations with a per-site KV cache (`sim/sessions.py`): each
+    client sends the next turn of its conversation, prefill time depends on the tokens
+    the site has not cached, and the row reports `prefill_saved` and time to first
+    token. Default: none (every request alike)."""
+    prefix_affinity: PrefixAffinitySettings = Field(
+        default_factory=lambda: PrefixAffinitySettings(enabled=False)
+    )
+    """The gateways' prefix affinity (the gateway config's `prefix_affinity`); it acts
+    only with `sessions` (other requests have no prompt). Default: off here, so a
+    scenario without it measures the policy alone."""
     overlay_max_attempts: int = Field(DEFAULT_MAX_ATTEMPTS, ge=1, le=10)
     """Attempts per request under `overlay`, the first included (the gateway's
     `overlay.max_attempts`)."""

@@ -98,6 +98,18 @@ class Tally:
     """[client] requests completed in the span (the engine adds a 0 per new client)."""
     queue_s: float = 0.0
     """Request-seconds spent queued at the sites (queue length at each scrape x interval)."""
+    prompt_tokens: int = 0
+    """With scenario `sessions`: prompt tokens of the requests served (prefill to do)."""
+    cached_tokens: int = 0
+    """Of those, the tokens the serving site's KV cache still held (prefill saved)."""
+    ttfts: list[float] = field(default_factory=list)
+    """Time to first token of each request served: send to the end of its prefill."""
+
+    def prefill(self, tokens: int, cached: int, ttft: float) -> None:
+        """One request's prefill at the site that serves it (scenario `sessions`)."""
+        self.prompt_tokens += tokens
+        self.cached_tokens += cached
+        self.ttfts.append(ttft)
 
     def __post_init__(self) -> None:
         buckets = max(1, math.ceil((self.end_s - self.start_s) / BUCKET_S - 1e-9))
@@ -160,6 +172,19 @@ class Tally:
             "latency_p99_s": _quantile(lat, 0.99),
             "queue_s": round(self.queue_s, 1),
             **client_figures(self.served_by),
+            **self._prefill_figures(),
+        }
+
+    def _prefill_figures(self) -> dict[str, Any]:
+        """`prefill_saved` (fraction of prompt tokens not recomputed) and time to first
+        token, only for a run with `sessions`."""
+        if not self.ttfts:
+            return {}
+        ttft = sorted(self.ttfts)
+        return {
+            "prefill_saved": round(self.cached_tokens / self.prompt_tokens, 4),
+            "ttft_p50_s": _quantile(ttft, 0.50),
+            "ttft_p99_s": _quantile(ttft, 0.99),
         }
 
 

@@ -13,6 +13,7 @@ from random import Random
 
 from gridroute.sim.model import ServiceTimes, SimOperator, SimSite, Sizes
 from gridroute.sim.scenario import Scenario
+from gridroute.sim.sessions import KvCache
 
 
 def build_sites(sc: Scenario, base: str) -> list[SimSite]:
@@ -30,6 +31,8 @@ def build_sites(sc: Scenario, base: str) -> list[SimSite]:
         if spec.external is not None:
             site.external = spec.external.level(0.0)
         site.refuses = spec.when_full == "refuse"
+        if sc.sessions is not None:
+            site.cache = KvCache(sc.sessions.kv_cache_tokens)
         sites.append(site)
     return sites
 

@@ -1,0 +1,207 @@
+"""Prefix affinity: send a conversation's next turn where its KV cache already is.
+
+Chat sessions and agents resend a long, growing prefix. The site that served the last
+turn holds its KV cache, so sending the next one elsewhere repeats the whole prefill.
+This module is the pure part of the rule (docs/prefix-affinity.md):
+
+* `fingerprint`: chained hashes of fixed-size blocks of the rendered messages, at most
+  `max_blocks` of them, computed once per request. No tokenizer by default (a block is
+  `block_bytes` bytes, about `block_bytes / BYTES_PER_TOKEN` tokens); `fingerprint_tokens`
+  is the tokenizer-exact mode for a driver that has token ids (pluggable: no tokenizer
+  package ships with gridroute, so the gateway does not wire one; `hash` of ints is
+  stable across processes, so such ids could be shared).
+* `PrefixMap`: which site served each block, bounded in entries (LRU) and in time (TTL),
+  one per gateway; time is injected like everywhere in core.
+* `PrefixRequest`: one request's blocks and its matches, and the rule `prefer`, which
+  `core/select.decide` applies only inside the tier the pressure rules chose.
+
+Chained hashes mean block i matches only when every block before it matched too, so a
+site's longest match is the last block it is recorded for.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+BYTES_PER_TOKEN = 4.0
+"""Bytes of English text per token (the usual rule of thumb): a block's token estimate."""
+
+
+class PrefixOutcome(StrEnum):
+    """What prefix affinity did for one request (`grid_route_prefix_affinity_total{outcome}`)."""
+
+    HIT = "hit"
+    """The longest-matching site in the selected tier took the request."""
+    MISS = "miss"
+    """No site matched enough (threshold), or the saving did not beat the queueing cost."""
+    OVERRIDDEN_BY_LOAD = "overridden_by_load"
+    """The best-matching site was at its fair-share budget (or out of the selected tier)."""
+    EXPLORED = "explored"
+    """The exploration draw sent it to the pressure pick instead."""
+
+
+class PrefixAffinitySettings(BaseModel):
+    """The `prefix_affinity` block (defaults: reference-behaviour 1.9)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    enabled: bool = True
+    """Prefer the site holding a request's prefix, within the selected tier. Default: true
+    (the reference's default; it never crosses tiers nor passes a fair-share budget)."""
+    threshold: float = Field(0.8, ge=0.0, le=1.0)
+    """The match must cover at least this fraction of the prompt's blocks. Default: 0.8."""
+    exploration: float = Field(0.02, ge=0.0, le=1.0)
+    """Probability of ignoring the match (keeps other sites' caches and signals warm).
+    Default: 0.02."""
+    prefill_tokens_per_second: float = Field(10000.0, gt=0)
+    """Prefill speed: a match of n tokens saves n / this many seconds. Default: 10000."""
+    queued_request_seconds: float = Field(2.0, ge=0)
+    """Expected wait per request queued at a site: the cost set against the saving.
+    Default: 2.0."""
+    tag_key_path: str | None = None
+    """Reserved (reference field): a body path whose value tags the prefix. Not used yet.
+    Default: none."""
+    block_bytes: int = Field(1024, ge=16)
+    """Bytes per fingerprint block. Default: 1024 (about 256 tokens)."""
+    max_blocks: int = Field(64, ge=1)
+    """Blocks fingerprinted per request (the bound on its cost): 64 x 1 KiB = the first
+    64 KiB of the messages; the rest of a longer prompt is not compared. Default: 64."""
+    max_entries: int = Field(200_000, ge=1)
+    """Blocks remembered per gateway (worker), least recently used forgotten first; about
+    150 bytes each, so the default bounds the map near 30 MB. Default: 200000."""
+    ttl_s: float = Field(600.0, gt=0)
+    """A block not seen this long is forgotten (a site's cache has likely evicted it).
+    Default: 600."""
+    balance_slack: float = Field(0.02, ge=0.0)
+    """A match is honoured only at a site whose rho is at most the selected tier's
+    capacity-weighted mean rho plus this (gridroute's addition: the issue's balance
+    target; without it, conversations sharing a system prompt herd onto the site that
+    served it last). Default: 0.02."""
+    load_bound: bool = True
+    """Measurement only: false lets affinity pass budgets and tiers (the "pure affinity"
+    policy the benchmarks compare against). Default: true."""
+
+
+def fingerprint(data: bytes, block_bytes: int = 1024, max_blocks: int = 64) -> tuple[int, ...]:
+    """Chained CRC-32 of the `block_bytes` blocks of `data` (at most `max_blocks`, the
+    last one possibly partial).
+
+    CRC-32 is chained by its own running value (`zlib.crc32(block, previous)`), in C, so
+    each value depends on every byte before it and 8 KiB costs a few microseconds (the
+    Python loop, one pass per block, is most of it: bench/bench_select.py). A collision
+    only sends a request to a site without its cache (a miss), never a wrong answer."""
+    out: list[int] = []
+    add = out.append
+    h = 0
+    n = min(len(data), block_bytes * max_blocks)
+    crc = zlib.crc32
+    for start in range(0, n, block_bytes):
+        h = crc(data[start : start + block_bytes], h)
+        add(h)
+    return tuple(out)
+
+
+def fingerprint_tokens(
+    ids: Sequence[int], block_tokens: int = 256, max_blocks: int = 64
+) -> tuple[int, ...]:
+    """The tokenizer-exact mode: chained hashes of blocks of token ids (a driver with a
+    tokenizer passes its ids; blocks then align with the server's cache pages)."""
+    out: list[int] = []
+    h = 0
+    n = min(len(ids), block_tokens * max_blocks)
+    for start in range(0, n, block_tokens):
+        h = hash((h, tuple(ids[start : start + block_tokens])))
+        out.append(h)
+    return tuple(out)
+
+
+class PrefixMap:
+    """block -> the candidate key that last served it, at most `max_entries`, each
+    forgotten after `ttl_s` unseen. One per gateway (worker); not shared across a
+    site's gateways (a gateway learns only from the requests it sent)."""
+
+    __slots__ = ("_entries", "max_entries", "ttl_s")
+
+    def __init__(self, max_entries: int = 200_000, ttl_s: float = 600.0) -> None:
+        if max_entries < 1 or ttl_s <= 0:
+            raise ValueError("a prefix map needs max_entries >= 1 and ttl_s > 0")
+        self.max_entries = max_entries
+        self.ttl_s = ttl_s
+        self._entries: OrderedDict[int, tuple[str, float]] = OrderedDict()
+
+    def matches(self, blocks: Sequence[int], now: float) -> dict[str, int]:
+        """Per candidate key, how many leading blocks of `blocks` it served (its longest
+        match); expired entries on the way are dropped."""
+        got: dict[str, int] = {}
+        entries = self._entries
+        ttl = self.ttl_s
+        for i, b in enumerate(blocks):
+            hit = entries.get(b)
+            if hit is None:
+                break  # chained: nothing deeper can match
+            key, seen = hit
+            if now - seen > ttl:
+                del entries[b]
+                break
+            got[key] = i + 1
+        return got
+
+    def record(self, blocks: Sequence[int], key: str, now: float) -> None:
+        """`key` served a request with these blocks now (each moves to the young end)."""
+        entries = self._entries
+        for b in blocks:
+            entries[b] = (key, now)
+            entries.move_to_end(b)
+        while len(entries) > self.max_entries:
+            entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass(slots=True)
+class PrefixRequest:
+    """One request's prefix: its blocks, the map's matches for them (looked up once),
+    the settings, and the map to record the serving site in."""
+
+    blocks: tuple[int, ...]
+    settings: PrefixAffinitySettings
+    table: PrefixMap
+    matches: dict[str, int] = field(default_factory=dict)
+    outcome: PrefixOutcome | None = None
+    """Set by the first decision (`core/select.decide`): what affinity did."""
+    matched: int = 0
+    """Blocks matched at the site chosen for affinity (0 unless a hit)."""
+
+    @classmethod
+    def start(
+        cls, blocks: tuple[int, ...], settings: PrefixAffinitySettings, table: PrefixMap, now: float
+    ) -> PrefixRequest:
+        return cls(blocks, settings, table, table.matches(blocks, now) if blocks else {})
+
+    def best(self) -> tuple[str, int] | None:
+        """The candidate with the longest match, when it covers `threshold` of the prompt."""
+        if not self.matches or not self.blocks:
+            return None
+        key, n = max(self.matches.items(), key=lambda kv: kv[1])
+        if n < self.settings.threshold * len(self.blocks):
+            return None
+        return key, n
+
+    def worth(self, n_blocks: int, queued: float | None) -> bool:
+        """Whether a match of `n_blocks` saves more prefill time than the expected
+        queueing cost at a site with `queued` requests waiting there."""
+        s = self.settings
+        saving = n_blocks * s.block_bytes / BYTES_PER_TOKEN / s.prefill_tokens_per_second
+        return saving > s.queued_request_seconds * (queued or 0.0)
+
+    def served(self, key: str, now: float) -> None:
+        """The request was answered by `key`: its blocks are cached there now."""
+        if self.blocks:
+            self.table.record(self.blocks, key, now)
