@@ -271,9 +271,7 @@ async def route(
     else:
         session = headers.get(gw.affinity_header) if gw.affinity_header else None
         preferred = current.affinity.get(session, t0) if session else None
-    prefix = (
-        prefix_of(body, current.prefixes, gw.cfg.prefix_affinity, t0) if overlay is None else None
-    )
+        prefix = prefix_of(body, current.prefixes, gw.cfg.prefix_affinity, t0)
     flow: Generator[Step, Feed, None] | None = None
     who = None  # the key is read only where fair order ranks it (the flow's own test)
     if fair_order_on(current.snapshot.settings, policy, overlay is not None):
