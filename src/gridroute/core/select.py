@@ -139,7 +139,6 @@ def _pick_pressure(
     rng: Random,
     spread: Spread | None = None,
     model: str = "",
-    seed_n: int = 0,
 ) -> tuple[int, Path]:
     n = len(views)
     if n == 1:
