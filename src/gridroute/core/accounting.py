@@ -18,10 +18,12 @@ class AccountingError(RuntimeError):
 class OwnLoad:
     """Per-candidate own in-flight counts; `history_s` of change points are kept."""
 
-    __slots__ = ("_times", "_values", "counts", "history_s", "resolution_s")
+    __slots__ = ("_times", "_values", "counts", "history_s", "models", "resolution_s")
 
     def __init__(self, history_s: float = 30.0, resolution_s: float = 0.005) -> None:
         self.counts: dict[str, int] = {}
+        self.models: dict[str, int] = {}
+        """In flight per model, for the demand a gateway reports (`core/demand.py`)."""
         self.history_s = history_s
         self.resolution_s = resolution_s
         self._times: dict[str, list[float]] = {}
@@ -45,19 +47,28 @@ class OwnLoad:
                 del times[:cut]
                 del values[:cut]
 
-    def start(self, key: str, now: float) -> None:
-        """A request to `key` is now in flight."""
+    def start(self, key: str, now: float, model: str = "") -> None:
+        """A request (of `model`) to `key` is now in flight."""
         value = self.counts.get(key, 0) + 1
         self.counts[key] = value
         self._record(key, now, value)
+        if model:
+            self.models[model] = self.models.get(model, 0) + 1
 
-    def end(self, key: str, now: float) -> None:
-        """A request to `key` ended (answered, failed, cancelled or retried elsewhere)."""
+    def end(self, key: str, now: float, model: str = "") -> None:
+        """A request to `key` ended (answered, failed, cancelled or retried elsewhere);
+        `model` as its start named it."""
         value = self.counts.get(key, 0) - 1
         if value < 0:
             raise AccountingError(f"end without start for {key}")
         self.counts[key] = value
         self._record(key, now, value)
+        if model:
+            left = self.models.get(model, 0) - 1
+            if left > 0:
+                self.models[model] = left
+            else:
+                self.models.pop(model, None)
 
     def now(self, key: str) -> int:
         return self.counts.get(key, 0)

@@ -46,6 +46,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from random import Random
 
+from gridroute.core.demand import DemandMeter
 from gridroute.core.select import Decision, Outcome, Path, Policy
 from gridroute.core.settings import AvailabilitySettings
 
@@ -213,10 +214,13 @@ def fair_hold_s(s: AvailabilitySettings, turnover_s: float | None) -> float:
 class FairAdmission:
     """One gateway's fair order: the key table and, per model, who waits for a slot."""
 
-    __slots__ = ("_best", "_pressed", "_rate", "_seq", "_version", "_waiting", "table")
+    __slots__ = ("_best", "_pressed", "_rate", "_seq", "_version", "_waiting", "demand", "table")
 
     def __init__(self) -> None:
         self.table = FairnessTable()
+        self.demand = DemandMeter()
+        """This gateway's waiting and refused requests per model, fair order or not: what
+        budgets across gateways follow (`core/demand.py`)."""
         self._waiting: dict[str, dict[int, _Waiter]] = {}
         self._seq = 0
         self._version = 0

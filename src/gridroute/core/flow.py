@@ -280,6 +280,8 @@ def request_flow(
             turnover = fair.turnover_s(grid.own.total(), now)
             hold_s, ticket = fair_hold_s(snap.settings, turnover), fair.join(model, who, now)
         deadline = now + hold_s
+        demand = grid.fairness.demand
+        demand.hold(model)  # waiting counts as demand, fair order or not (core/demand.py)
         try:
             while d.outcome is Outcome.HOLD:
                 wake = yield Hold(deadline, d, hold_s)
@@ -298,10 +300,15 @@ def request_flow(
                 if fair is not None:
                     d = fair.gate(d, model, who, ticket, now, snap.settings, woke)
         finally:
+            demand.release(model)
             if fair is not None:
                 fair.leave(model, ticket, clock())
     if fair is not None:
         d = fair.settle(d, model, who, now, snap.settings, grid.rng)
+    if d.outcome is Outcome.SHED:
+        # A refused client comes back after its Retry-After: demand until then.
+        away = d.retry_after_s if d.retry_after_s is not None else snap.settings.retry_after_max_s
+        grid.fairness.demand.refused(model, now, away)
     tried = NO_KEYS
     after: tuple[str, str] | None = None
     number = 0

@@ -30,6 +30,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gridroute.core.demand import DemandReport, SiteDemand
+
 
 @dataclass(frozen=True, slots=True)
 class GatewayLoad:
@@ -41,6 +43,23 @@ class GatewayLoad:
     """Gateways whose reports are in `in_flight` (at least 1 when this one reported)."""
     own: Mapping[str, int] = field(default_factory=dict)
     """What this gateway reported in the same round: its part of `in_flight`."""
+    demand: Mapping[str, float] = field(default_factory=dict)
+    """Candidate key -> every reporting gateway's demand beyond what it holds there
+    (`core/demand.py`; a gateway that reports none demands what it holds)."""
+    unmet: Mapping[str, float] = field(default_factory=dict)
+    """Candidate key -> every reporting gateway's unmet demand for what it serves."""
+    mine: DemandReport | None = None
+    """This gateway's demand report of the same round (None: it reported none)."""
+
+    def site_demand(self, key: str, held: float) -> SiteDemand | None:
+        """Demand at `key` where some gateway's is unmet; None where none is (or no
+        demand was reported): the budget keeps the share's rule there. `held` is what
+        this gateway holds there now (its report may be a poll old)."""
+        if self.mine is None or self.unmet.get(key, 0.0) < 1.0:
+            return None
+        total = self.in_flight.get(key, 0.0) + self.demand.get(key, 0.0)
+        mine = self.own.get(key, 0) + self.mine.beyond.get(key, 0)
+        return SiteDemand(max(total, float(mine), held), max(float(mine), held))
 
     def total(self, keys: Iterable[str]) -> float:
         """All gateways' reported in-flight to `keys` (this gateway's report included)."""
@@ -109,15 +128,33 @@ class ExternalEstimate:
         return min(values), max(values)
 
 
+Sums = (
+    tuple[int, Mapping[str, float]]
+    | tuple[int, Mapping[str, float], Mapping[str, float], Mapping[str, float]]
+)
+"""One site's gateway reports summed: (gateways, key -> in-flight[, key -> demand beyond,
+key -> unmet]); the last two are absent where the transport carries no demand."""
+
+
+def add_into(total: dict[str, float], counts: Mapping[str, float]) -> None:
+    """`total[key] += counts[key]`, for every key: the sums every transport makes."""
+    for key, value in counts.items():
+        total[key] = total.get(key, 0.0) + value
+
+
 def combine(
-    sites: Mapping[str, tuple[int, Mapping[str, float]]], own: Mapping[str, int]
+    sites: Mapping[str, Sums], own: Mapping[str, int], mine: DemandReport | None = None
 ) -> GatewayLoad:
-    """One `GatewayLoad` from per-site sums (reporting site -> (gateways, key -> in-flight)),
-    as relayed by the operators, and this gateway's own report."""
+    """One `GatewayLoad` from per-site sums, as relayed by the operators, and this
+    gateway's own report (`own` in flight, `mine` its demand)."""
     total: dict[str, float] = {}
+    demand: dict[str, float] = {}
+    unmet: dict[str, float] = {}
     count = 0
-    for gateways, counts in sites.values():
-        count += gateways
-        for key, value in counts.items():
-            total[key] = total.get(key, 0.0) + value
-    return GatewayLoad(total, count, dict(own))
+    for sums in sites.values():
+        count += sums[0]
+        add_into(total, sums[1])
+        if len(sums) == 4:
+            add_into(demand, sums[2])
+            add_into(unmet, sums[3])
+    return GatewayLoad(total, count, dict(own), demand, unmet, mine)

@@ -15,6 +15,7 @@ from random import Random
 from gridroute.core import ceiling as ceil
 from gridroute.core.accounting import OwnLoad
 from gridroute.core.candidate import Candidate, Health
+from gridroute.core.demand import Following, settle
 from gridroute.core.gateway_load import ExternalEstimate, GatewayLoad
 from gridroute.core.liveness import Live, Liveness, first_seen, step
 from gridroute.core.sample import Sample
@@ -295,14 +296,17 @@ class GridState:
             share = 1.0 / self._gateways.gateways
         else:
             share = 1.0
+        following: list[tuple[int, Following]] = []
         for index, (cand, tr, reading, new) in enumerate(pending):
             view = self._view(
-                cand, index, tr, reading, new, rounds, now, health, own, share, window_s
+                cand, index, tr, reading, new, rounds, now, health, own, share, window_s, following
             )
             outside = external_at.get(cand.key, 0.0)
             if outside > 0.0 and view.loaded:
                 view = replace(view, external=outside)
             views.append(view)
+        for index, budget, idle in settle(following):
+            views[index] = replace(views[index], budget=self._whole(budget, idle))
         snap_views = tuple(views)
         self._latch(snap_views, now)
         snapshot = Snapshot(now, s, snap_views, frozenset(self._shed), spread=self._spread)
@@ -324,6 +328,7 @@ class GridState:
         own: OwnLoad | None,
         share: float,
         window_s: float,
+        following: list[tuple[int, Following]],
     ) -> SiteView:
         s = self.settings
         hv = health.get(cand.key, Health.UNKNOWN)
@@ -402,7 +407,20 @@ class GridState:
             # ceiling, so its queued requests finishing do not read as room to refill.
             over = latest > room_ceiling
             held = room_ceiling * own_s / latest if over else float(own_s)
-            budget = self._whole(tr, held + free * share, free, over, loaded_at)
+            budget = held + free * share
+            idle = self._idle(tr, free, over, loaded_at)
+            known = self._gateways
+            demand = None
+            if known is not None and s.follow_demand:
+                demand = known.site_demand(cand.key, own_s)
+            if known is not None and demand is not None:
+                # Past capacity the budget follows demand (core/demand.py): settled in
+                # `refresh`, once every site's target is known; kept fractional here.
+                reported = max(known.in_flight.get(cand.key, 0.0), float(own_s))
+                room = min(reported + free, room_ceiling)
+                following.append((index, Following(held, free, room, demand, idle)))
+            else:
+                budget = self._whole(budget, idle)
         return SiteView(
             candidate=cand,
             index=index,
@@ -429,11 +447,17 @@ class GridState:
             loaded=latest is not None,
         )
 
-    def _whole(
-        self, tr: _Tracked, budget: float, free: float, over: bool, loaded_at: float | None
-    ) -> float:
+    def _idle(self, tr: _Tracked, free: float, over: bool, loaded_at: float | None) -> bool:
+        """Whether a whole free slot there has outlasted a sample (see `_whole`)."""
+        if over or free < 1.0 or loaded_at is None:
+            tr.room_since = None
+        elif tr.room_since is None or loaded_at < tr.room_since:
+            tr.room_since = loaded_at
+        return tr.room_since is not None and loaded_at is not None and loaded_at > tr.room_since
+
+    def _whole(self, budget: float, idle: bool) -> float:
         """The budget in whole requests: rounded (`_rounded`) when the site's free room is
-        idle, floored when it is fresh or the site is over-full.
+        idle (`_idle`), floored when it is fresh or the site is over-full.
 
         Rounding up grants a fraction of room that every gateway sharing the site may be
         granted at the same time. That fills room no gateway uses (a fraction per
@@ -445,13 +469,8 @@ class GridState:
         512 clients, a request queued at a site for most of a run at 4). So a fraction is
         granted only once a whole free slot has outlasted a sample (it is idle), and an
         over-full site's proportional part is floored, so the queue there drains."""
-        if over or free < 1.0 or loaded_at is None:
-            tr.room_since = None
-        elif tr.room_since is None or loaded_at < tr.room_since:
-            tr.room_since = loaded_at
         if self.rng is None:
             return budget
-        idle = tr.room_since is not None and loaded_at is not None and loaded_at > tr.room_since
         return self._rounded(budget) if idle else float(math.floor(budget))
 
     def _rounded(self, budget: float) -> float:

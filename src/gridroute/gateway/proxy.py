@@ -312,7 +312,7 @@ async def route(
             child = tracer.attempt(span, step.decision, attempts) if tracer is not None else None
             got: int | Step | None = None
             try:
-                got = await _attempt(gw, ex, step, flow, body, fwd, sent, overlay)
+                got = await _attempt(gw, ex, step, flow, body, fwd, sent, model, overlay)
             finally:
                 if child is not None and tracer is not None:
                     answered = got if isinstance(got, int) else None
@@ -378,6 +378,7 @@ async def _attempt(
     body: bytes,
     fwd: list[tuple[str, str]],
     sent: list[float],
+    model: str,
     overlay: OverlayRequest | None = None,
 ) -> int | Step:
     """One attempt on one site: the relayed answer's status, or the flow's next step.
@@ -394,7 +395,7 @@ async def _attempt(
     backend = gw.backends.by_key.get(key)
     own = current.own
     clock = current.clock
-    own.start(key, clock())
+    own.start(key, clock(), model)
     try:
         try:
             if backend is None:
@@ -416,7 +417,7 @@ async def _attempt(
         finally:
             up.release()
     finally:
-        own.end(key, clock())
+        own.end(key, clock(), model)
         current.changes.wake()
 
 

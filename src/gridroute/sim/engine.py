@@ -364,7 +364,7 @@ class SimRun:
             self._next(t, req.client)
 
     def _dispatch(self, gw: SimGateway, req: SimRequest, key: str, t: float) -> None:
-        gw.own.start(key, t)
+        gw.own.start(key, t, MODEL)
         req.key = key
         req.serial += 1
         site = self.sites[self.site_index[key]]
@@ -404,7 +404,7 @@ class SimRun:
     def _end_attempt(self, gw: SimGateway, req: SimRequest, t: float) -> None:
         """The attempt in flight is over: the gateway's count drops, held requests wake."""
         assert req.key is not None
-        gw.own.end(req.key, t)
+        gw.own.end(req.key, t, MODEL)
         req.key = None
         req.site = None
         req.serial += 1  # events still pending for this attempt are now stale

@@ -25,6 +25,7 @@ from gridroute.core import (
     Policy,
     Snapshot,
 )
+from gridroute.core.demand import report as demand_report
 from gridroute.core.ejection import Ejections
 from gridroute.core.fairness import FairAdmission
 from gridroute.core.gateway_load import combine
@@ -113,8 +114,13 @@ class SimGateway:
         gateways = None
         if report:
             mine = {k: v for k, v in self.own.counts.items() if v}
-            operator.report(self.index, mine, now)
-            gateways = combine(operator.gateway_sums(now), mine)
+            demand = None
+            if self.state.settings.follow_demand:
+                demand = demand_report(
+                    self.state.candidates, mine, self.own.models, self.fairness.demand, now
+                )
+            operator.report(self.index, mine, now, demand)
+            gateways = combine(operator.gateway_sums(now), mine, demand)
         rows = operator.rows()
         rounds = dict(operator.rounds)
         skew = operator.skew_s

@@ -14,7 +14,9 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from random import Random
 
+from gridroute.core.demand import DemandReport
 from gridroute.core.flow import Feed, Step
+from gridroute.core.gateway_load import add_into
 from gridroute.core.sample import Sample
 from gridroute.sim.scenario import PROVIDER, ServiceSpec, SizeSpec
 from gridroute.sim.sessions import KvCache
@@ -201,8 +203,9 @@ class Network:
             self.cut.pop(site, None)
 
 
-GatewaySums = tuple[int, dict[str, float]]
-"""One site's gateway reports summed: (gateways reporting, candidate key -> in-flight)."""
+GatewaySums = tuple[int, dict[str, float], dict[str, float], dict[str, float]]
+"""One site's gateway reports summed: (gateways reporting, candidate key -> in-flight,
+-> demand beyond it, -> unmet demand; `core/demand.py`)."""
 
 
 class SimOperator:
@@ -260,7 +263,7 @@ class SimOperator:
         self.stale_s = stale_s
         self.report_window_s = report_window_s
         self.last_ok_at: float | None = None
-        self.gateway_reports: dict[int, tuple[float, dict[str, int]]] = {}
+        self.gateway_reports: dict[int, tuple[float, dict[str, int], DemandReport]] = {}
         self.peer_gateways: dict[str, tuple[float, GatewaySums]] = {}
 
     def clock(self, t: float) -> float:
@@ -332,22 +335,31 @@ class SimOperator:
 
     # -- gateway reports ------------------------------------------------------------
 
-    def report(self, gateway: int, counts: Mapping[str, int], at: float) -> None:
-        """A local gateway's own in-flight per candidate, sent with its poll."""
-        self.gateway_reports[gateway] = (at, dict(counts))
+    def report(
+        self,
+        gateway: int,
+        counts: Mapping[str, int],
+        at: float,
+        demand: DemandReport | None = None,
+    ) -> None:
+        """A local gateway's own in-flight per candidate (and its demand), sent with its
+        poll."""
+        self.gateway_reports[gateway] = (at, dict(counts), demand or DemandReport())
 
     def own_gateway_sums(self, at: float) -> GatewaySums:
         """This site's gateways' reports within the window, summed per candidate."""
         sums: dict[str, float] = {}
+        beyond: dict[str, float] = {}
+        unmet: dict[str, float] = {}
         n = 0
-        for seen, counts in self.gateway_reports.values():
+        for seen, counts, demand in self.gateway_reports.values():
             if at - seen > self.report_window_s:
                 continue
             n += 1
-            for key, value in counts.items():
-                if value:
-                    sums[key] = sums.get(key, 0.0) + value
-        return n, sums
+            add_into(sums, counts)
+            add_into(beyond, demand.beyond)
+            add_into(unmet, demand.unmet)
+        return n, sums, beyond, unmet
 
     def gateway_sums(self, at: float) -> dict[str, GatewaySums]:
         """What it serves to its gateways: its own site's sums and each peer's, as of the
