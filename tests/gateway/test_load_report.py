@@ -6,12 +6,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+from gridroute.core import AvailabilitySettings
 from gridroute.gateway.load_report import LoadReport
 from gridroute.wire.signals import Decoded, GatewaySums
 
 
 def report(own: dict[str, int]) -> LoadReport:
-    current = cast(Any, SimpleNamespace(own=SimpleNamespace(counts=own)))
+    state = SimpleNamespace(settings=AvailabilitySettings())  # follow_demand off
+    current = cast(Any, SimpleNamespace(own=SimpleNamespace(counts=own), state=state))
     return LoadReport(lambda: current, "gw-me", "hub")
 
 

@@ -45,7 +45,7 @@ def _api(behaviour: dict[str, Any]) -> web.Application:
         if mode == "huge":
             return web.Response(body=b" " * 5000, content_type="application/json")
         now = time.time()
-        if expr.startswith("grid_route_site_in_flight"):
+        if "grid_route_site_in_flight" in expr:
             behaviour.setdefault("gateway_queries", []).append(expr)
             result = [
                 {"metric": {"job": "gw", "instance": inst, "site": site, "cluster": "p"},
@@ -215,7 +215,10 @@ def test_every_scraped_gateways_own_in_flight_is_read_beside_the_rows() -> None:
                 assert got.decoded is not None
                 sums = got.decoded.gateways["hub"]
                 assert (sums.gateways, dict(sums.in_flight)) == (2, {"hub/p": 5.0, "west/p": 1.0})
-                assert behaviour["gateway_queries"] == ['grid_route_site_in_flight{job="gw"}']
+                assert behaviour["gateway_queries"] == [
+                    '{__name__=~"grid_route_site_in_flight|grid_route_site_demand'
+                    '|grid_route_site_unmet", job="gw"}'
+                ]
                 # Without its site (or with gateway_selector: null) no reports are read.
                 off = await plain.poll()
                 assert off.decoded is not None and off.decoded.gateways == {}

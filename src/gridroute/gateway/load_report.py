@@ -16,9 +16,15 @@ import secrets
 from collections.abc import Callable
 from dataclasses import replace
 
-from gridroute.core.gateway_load import GatewayLoad, combine
+from gridroute.core.demand import DemandReport, report
+from gridroute.core.gateway_load import GatewayLoad, Sums, add_into, combine
 from gridroute.gateway.current import CurrentGrid
-from gridroute.wire.gateway_report import GATEWAY_HEADER, IN_FLIGHT_HEADER, render_in_flight
+from gridroute.wire.gateway_report import (
+    GATEWAY_HEADER,
+    IN_FLIGHT_HEADER,
+    render_demand,
+    render_in_flight,
+)
 from gridroute.wire.signals import Decoded
 
 POD_NAME_ENV = "GRIDROUTE_POD_NAME"
@@ -49,6 +55,8 @@ class LoadReport:
         self.local_site = local_site
         self.window_s = window_s
         self.sent: dict[str, int] = {}
+        self.demand: DemandReport | None = None
+        """This worker's demand as last reported (None: it does not follow demand)."""
         self.unscraped = False
         """A Prometheus reader with no metrics listener: no scrape carries its own
         count, so `load` adds it to the sums itself (else a lone other gateway would
@@ -57,12 +65,23 @@ class LoadReport:
     def take(self) -> dict[str, int]:
         """This worker's own in-flight now, remembered as what was sent (the NATS
         transport publishes it itself; the mesh sends it as `headers`)."""
-        self.sent = {k: v for k, v in self._current().own.counts.items() if v > 0}
+        current = self._current()
+        own = current.own
+        self.sent = {k: v for k, v in own.counts.items() if v > 0}
+        self.demand = None
+        if current.state.settings.follow_demand:
+            meter = current.fairness.demand
+            self.demand = report(
+                current.state.candidates, self.sent, own.models, meter, current.clock()
+            )
         return self.sent
 
     def headers(self) -> dict[str, str]:
-        """The headers of the next poll: this worker's id and own in-flight now."""
-        return {GATEWAY_HEADER: self.ident, IN_FLIGHT_HEADER: render_in_flight(self.take())}
+        """The headers of the next poll: this worker's id, own in-flight and demand now."""
+        out = {GATEWAY_HEADER: self.ident, IN_FLIGHT_HEADER: render_in_flight(self.take())}
+        if self.demand is not None:
+            out.update(render_demand(self.demand))
+        return out
 
     def load(self, decoded: Decoded, now: float) -> GatewayLoad | None:
         """The gateways' load as this poll relayed it; None when the operator relays no
@@ -73,15 +92,24 @@ class LoadReport:
             return None
         if self.unscraped and self.local_site is not None:
             mine = dict(local.in_flight)
-            for key, value in self.take().items():
-                mine[key] = mine.get(key, 0.0) + value
+            add_into(mine, self.take())
+            beyond, unmet = dict(local.demand), dict(local.unmet)
+            if self.demand is not None:
+                add_into(beyond, self.demand.beyond)
+                add_into(unmet, self.demand.unmet)
             sums = {
                 **sums,
-                self.local_site: replace(local, gateways=local.gateways + 1, in_flight=mine),
+                self.local_site: replace(
+                    local,
+                    gateways=local.gateways + 1,
+                    in_flight=mine,
+                    demand=beyond,
+                    unmet=unmet,
+                ),
             }
-        sites = {
-            site: (s.gateways, s.in_flight)
+        sites: dict[str, Sums] = {
+            site: (s.gateways, s.in_flight, s.demand, s.unmet)
             for site, s in sums.items()
             if now - s.at <= self.window_s
         }
-        return combine(sites, self.sent)
+        return combine(sites, self.sent, self.demand)

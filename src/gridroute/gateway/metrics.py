@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from gridroute.core import Decision, Health, Path
+from gridroute.core.demand import DemandReport, report
 from gridroute.core.prefix import PrefixOutcome
 from gridroute.gateway.backends import Backends
 from gridroute.gateway.current import CurrentGrid
@@ -185,6 +186,16 @@ class GridCollector(Collector):
                 ),
                 ("weight", "Capacity the draws use (NaN: no reading)."),
                 ("in_flight", "This gateway's own requests in flight to the site."),
+                (
+                    "demand",
+                    "This gateway's demand for what the site serves beyond what it holds "
+                    "there (with follow_demand; 0 without): what budgets follow.",
+                ),
+                (
+                    "unmet",
+                    "This gateway's waiting and refused requests for what the site serves "
+                    "(with follow_demand; 0 without).",
+                ),
                 ("up", "Backend health probe verdict: 1 up, 0 down, NaN not yet probed."),
                 (
                     "silent_seconds",
@@ -193,6 +204,13 @@ class GridCollector(Collector):
             )
         }
         now_seen: set[tuple[str, str]] = set()
+        demand = DemandReport()
+        if snap.settings.follow_demand:
+            own = current.own
+            demand = report(
+                current.state.candidates, own.counts, own.models, current.fairness.demand,
+                current.clock(),
+            )  # fmt: skip
         for r in current.readings():
             v = r.view
             lv = [v.site, v.provider]
@@ -205,6 +223,8 @@ class GridCollector(Collector):
             fams["rho"].add_metric(lv, _num(r.rho))
             fams["weight"].add_metric(lv, _num(r.weight))
             fams["in_flight"].add_metric(lv, float(r.own))
+            fams["demand"].add_metric(lv, float(demand.beyond.get(v.key, 0)))
+            fams["unmet"].add_metric(lv, float(demand.unmet.get(v.key, 0)))
             fams["up"].add_metric(lv, _UP.get(v.health, NAN))
             silent = None if v.sampled_at is None else snap.at - v.sampled_at
             fams["silent_seconds"].add_metric(lv, _num(silent))

@@ -189,7 +189,8 @@ class Gateway:
             report = self._load_report()
             own = None
             if self.cfg.local_site is not None:  # reports name the gateway's site
-                own = OwnReport(self.cfg.local_site, report.ident, report.take)
+                mine = report
+                own = OwnReport(self.cfg.local_site, mine.ident, mine.take, lambda: mine.demand)
             source = NatsSignalsSource(
                 nats, metrics=self.poll_metrics, limits=LOCAL_LIMITS, reporter=own
             )

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gridroute.core.demand import DemandReport
+from gridroute.core.gateway_load import add_into
 from gridroute.wire.signals import GatewaySums
 
 MAX_GATEWAYS = 256
@@ -23,12 +25,19 @@ class GatewayReports:
     def __init__(self, site: str, window_s: float = 5.0) -> None:
         self.site = site
         self.window_s = window_s
-        self._reports: dict[str, tuple[float, dict[str, int]]] = {}
+        self._reports: dict[str, tuple[float, dict[str, int], DemandReport | None]] = {}
         self._peers: dict[str, GatewaySums] = {}
 
-    def record(self, gateway: str, counts: Mapping[str, int], now: float) -> None:
-        """The newest report of `gateway` (a gateway worker's id)."""
-        self._reports[gateway] = (now, dict(counts))
+    def record(
+        self,
+        gateway: str,
+        counts: Mapping[str, int],
+        now: float,
+        demand: DemandReport | None = None,
+    ) -> None:
+        """The newest report of `gateway` (a gateway worker's id): its in-flight per
+        candidate and, when it follows demand, its demand (`core/demand.py`)."""
+        self._reports[gateway] = (now, dict(counts), demand)
         if len(self._reports) > MAX_GATEWAYS:
             stalest = min(self._reports, key=lambda g: self._reports[g][0])
             del self._reports[stalest]
@@ -42,13 +51,18 @@ class GatewayReports:
 
     def own(self, now: float) -> GatewaySums:
         """This site's gateways' fresh reports, summed per candidate."""
-        for gateway in [g for g, (at, _) in self._reports.items() if now - at > self.window_s]:
+        stale = [g for g, (at, _, _) in self._reports.items() if now - at > self.window_s]
+        for gateway in stale:
             del self._reports[gateway]
         total: dict[str, float] = {}
-        for _, counts in self._reports.values():
-            for key, value in counts.items():
-                total[key] = total.get(key, 0.0) + value
-        return GatewaySums(now, len(self._reports), total)
+        beyond: dict[str, float] = {}
+        unmet: dict[str, float] = {}
+        for _, counts, demand in self._reports.values():
+            add_into(total, counts)
+            if demand is not None:
+                add_into(beyond, demand.beyond)
+                add_into(unmet, demand.unmet)
+        return GatewaySums(now, len(self._reports), total, beyond, unmet)
 
     def rows(self, now: float, *, own_only: bool = False) -> dict[str, GatewaySums]:
         """Reporting site -> sums to serve: this site's, and (unless `own_only`) each

@@ -20,8 +20,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gridroute.operator.capacity import register as register_capacity
 from gridroute.wire.gateway_report import (
+    DEMAND_HEADER,
     GATEWAY_HEADER,
     IN_FLIGHT_HEADER,
+    UNMET_HEADER,
+    parse_demand,
     parse_in_flight,
     valid_gateway_id,
 )
@@ -44,7 +47,9 @@ async def signals(request: web.Request) -> web.Response:
         counts = parse_in_flight(report)
         if counts is not None:
             assert gateway is not None
-            op.gateway_reports.record(gateway, counts, now)
+            h = request.headers
+            demand = parse_demand(h.get(DEMAND_HEADER), h.get(UNMET_HEADER))
+            op.gateway_reports.record(gateway, counts, now, demand)
     gateways = op.gateway_reports.rows(now, own_only=own_only)
     after = op.store.rows_after(request.query.get("since")) if own_only else None
     if after is not None:

@@ -21,7 +21,16 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gridroute.wire.gateway_report import MAX_HEADER_BYTES, parse_in_flight, valid_gateway_id
+from gridroute.core.demand import DemandReport
+from gridroute.core.gateway_load import add_into
+from gridroute.wire.gateway_report import (
+    DEMAND_HEADER,
+    MAX_HEADER_BYTES,
+    UNMET_HEADER,
+    parse_demand,
+    parse_in_flight,
+    valid_gateway_id,
+)
 from gridroute.wire.signals import NAME_RE, GatewaySums
 
 MAX_REPORTS = 4096
@@ -32,6 +41,7 @@ MAX_REPORTS = 4096
 class _Report:
     at: float
     counts: Mapping[str, int]
+    demand: DemandReport | None = None
 
 
 class GatewayReportBoard:
@@ -47,8 +57,11 @@ class GatewayReportBoard:
     def subject(self, site: str, gateway: str) -> str:
         return f"{self.prefix}.{site}.{gateway}"
 
-    def ingest(self, subject: str, data: bytes, now: float) -> bool:
-        """Fold one message in; False (and counted) when it is refused whole."""
+    def ingest(
+        self, subject: str, data: bytes, now: float, headers: Mapping[str, str] | None = None
+    ) -> bool:
+        """Fold one message in; False (and counted) when it is refused whole. Its demand
+        rides in message headers (the body stays what older gateways read)."""
         head, _, rest = subject.partition(f"{self.prefix}.")
         site, _, gateway = rest.partition(".")
         one_token = "." not in gateway  # a subject token each: what the permissions name
@@ -65,9 +78,18 @@ class GatewayReportBoard:
         if counts is None:
             self.dropped["undecodable"] += 1
             return False
-        return self.record(site, gateway, counts, now)
+        h = headers or {}
+        demand = parse_demand(h.get(DEMAND_HEADER), h.get(UNMET_HEADER))
+        return self.record(site, gateway, counts, now, demand)
 
-    def record(self, site: str, gateway: str, counts: Mapping[str, int], now: float) -> bool:
+    def record(
+        self,
+        site: str,
+        gateway: str,
+        counts: Mapping[str, int],
+        now: float,
+        demand: DemandReport | None = None,
+    ) -> bool:
         """The newest report of `gateway` at `site` (this gateway's own, or a message's)."""
         key = (site, gateway)
         if key not in self._reports and len(self._reports) >= MAX_REPORTS:
@@ -75,7 +97,7 @@ class GatewayReportBoard:
             if len(self._reports) >= MAX_REPORTS:
                 self.dropped["cap"] += 1
                 return False
-        self._reports[key] = _Report(now, dict(counts))
+        self._reports[key] = _Report(now, dict(counts), demand)
         return True
 
     def _age(self, now: float) -> None:
@@ -86,13 +108,18 @@ class GatewayReportBoard:
         """Reporting site -> its fresh gateways' summed in-flight, as the mesh relays it
         (`at` is the site's newest report)."""
         self._age(now)
-        out: dict[str, tuple[float, int, dict[str, float]]] = {}
+        at: dict[str, float] = {}
+        count: dict[str, int] = {}
+        sums: dict[str, tuple[dict[str, float], dict[str, float], dict[str, float]]] = {}
         for (site, _), report in self._reports.items():
-            at, gateways, total = out.get(site, (report.at, 0, {}))
-            for key, value in report.counts.items():
-                total[key] = total.get(key, 0.0) + value
-            out[site] = (max(at, report.at), gateways + 1, total)
-        return {site: GatewaySums(at, n, total) for site, (at, n, total) in out.items()}
+            total, beyond, unmet = sums.setdefault(site, ({}, {}, {}))
+            at[site] = max(at.get(site, report.at), report.at)
+            count[site] = count.get(site, 0) + 1
+            add_into(total, report.counts)
+            if report.demand is not None:
+                add_into(beyond, report.demand.beyond)
+                add_into(unmet, report.demand.unmet)
+        return {site: GatewaySums(at[site], count[site], *parts) for site, parts in sums.items()}
 
     def take_dropped(self) -> dict[str, int]:
         dropped = dict(self.dropped)

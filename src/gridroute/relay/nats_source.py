@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gridroute.core.demand import DemandReport
 from gridroute.relay.nats_connection import NatsConnection
 from gridroute.relay.nats_gateway_reports import GatewayReportBoard
 from gridroute.relay.nats_link import NatsLink
@@ -47,7 +48,7 @@ from gridroute.relay.poller import (
     log_change,
     steady_offset,
 )
-from gridroute.wire.gateway_report import render_in_flight
+from gridroute.wire.gateway_report import render_demand, render_in_flight
 from gridroute.wire.signals import (
     NAME_RE,
     READ_LIMIT_BYTES,
@@ -74,6 +75,8 @@ class OwnReport:
     site: str
     gateway: str
     take: Callable[[], Mapping[str, int]]
+    demand: Callable[[], DemandReport | None] = lambda: None
+    """Its demand as of the last `take` (None: it does not follow demand)."""
 
 
 class NatsSignalsSource:
@@ -159,7 +162,7 @@ class NatsSignalsSource:
 
     async def _on_report(self, msg: Any) -> None:
         if msg.subject != self._own_subject():  # our own echo: recorded when published
-            self.reports.ingest(msg.subject, msg.data, self._clock())
+            self.reports.ingest(msg.subject, msg.data, self._clock(), msg.headers)
 
     async def _publish_report(self, nc: Any) -> None:
         """This gateway's own counts, on its subject and into its own board."""
@@ -167,10 +170,14 @@ class NatsSignalsSource:
         if rep is None:
             return
         counts = dict(rep.take())
+        demand = rep.demand()
+        extra = render_demand(demand) if demand is not None else {}
         await nc.publish(
-            self.reports.subject(rep.site, rep.gateway), render_in_flight(counts).encode()
+            self.reports.subject(rep.site, rep.gateway),
+            render_in_flight(counts).encode(),
+            headers=extra or None,
         )
-        self.reports.record(rep.site, rep.gateway, counts, self._clock())
+        self.reports.record(rep.site, rep.gateway, counts, self._clock(), demand)
 
     def ingest(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         """Fold one message into the store (synchronous: the pure part of a message)."""

@@ -5,6 +5,13 @@ TLS when configured), so reporting adds no call and nothing to the request path:
 
     x-grid-gateway: gw-7f3a
     x-grid-in-flight: hub/pool-a=12,west/pool-a=3
+    x-grid-demand: hub/pool-a=9,west/pool-a=18
+    x-grid-unmet: hub/pool-a=6,west/pool-a=6
+
+The last two (`core/demand.py`, sent only with `follow_demand`) have the in-flight
+header's form: per candidate, the gateway's demand for what that candidate serves
+beyond what it holds there, and its unmet demand. An operator that knows them not
+ignores them; a gateway that sends them not is read as demanding what it holds.
 
 Bounded both ways: at most `MAX_ENTRIES` candidates (the largest counts, when a gateway
 has more), counts are integers up to `sample.MAX_COUNT`, names match `NAME_PATTERN`.
@@ -16,12 +23,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from gridroute.core.demand import DemandReport
 from gridroute.core.sample import MAX_COUNT
 from gridroute.wire.signals import NAME_PATTERN
 
 GATEWAY_HEADER = "x-grid-gateway"
 """The reporting gateway's id: one per gateway worker, steady for its life."""
 IN_FLIGHT_HEADER = "x-grid-in-flight"
+DEMAND_HEADER = "x-grid-demand"
+UNMET_HEADER = "x-grid-unmet"
 MAX_ENTRIES = 64
 """Candidates per report (the same bound as providers per site in a relay)."""
 MAX_HEADER_BYTES = 8192
@@ -56,3 +66,26 @@ def parse_in_flight(text: str) -> dict[str, int] | None:
 
 def valid_gateway_id(value: str | None) -> bool:
     return value is not None and _ID.fullmatch(value) is not None
+
+
+def render_demand(report: DemandReport) -> dict[str, str]:
+    """The demand headers of a report (none when it has no demand)."""
+    out = {}
+    if report.beyond:
+        out[DEMAND_HEADER] = render_in_flight(report.beyond)
+    if report.unmet:
+        out[UNMET_HEADER] = render_in_flight(report.unmet)
+    return out
+
+
+def parse_demand(beyond: str | None, unmet: str | None) -> DemandReport | None:
+    """The demand of a report's headers: None when neither is there (an older gateway,
+    or one that does not follow demand) or either is malformed (the demand is lost,
+    never half-read; the in-flight still counts)."""
+    if beyond is None and unmet is None:
+        return None
+    b = parse_in_flight(beyond or "")
+    u = parse_in_flight(unmet or "")
+    if b is None or u is None:
+        return None
+    return DemandReport(b, u)

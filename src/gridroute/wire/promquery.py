@@ -102,12 +102,19 @@ def build_queries(
     return PromQueries(
         samples=f'{{__name__=~"{names}", {site_match}{extra}}}[{window}]',
         rounds=f"max by ({SITE_LABEL}) (timestamp(up{{{site_match}{extra}}}))",
-        gateways=None if gateway_selector is None else f"{GATEWAY_IN_FLIGHT}{{{gateway_selector}}}",
+        gateways=None
+        if gateway_selector is None
+        else f'{{__name__=~"{GATEWAY_IN_FLIGHT}|{GATEWAY_DEMAND}|{GATEWAY_UNMET}"'
+        + (f", {gateway_selector}}}" if gateway_selector.strip() else "}"),
     )
 
 
 GATEWAY_IN_FLIGHT = "grid_route_site_in_flight"
 """The gauge of a gateway's own requests in flight per candidate (`gateway/metrics.py`)."""
+GATEWAY_DEMAND = "grid_route_site_demand"
+"""... its demand for what the candidate serves beyond what it holds there."""
+GATEWAY_UNMET = "grid_route_site_unmet"
+"""... and its unmet demand for it (`core/demand.py`; 0 where it does not follow demand)."""
 GATEWAY_KEY_LABELS = ("job", "instance")
 """What tells one scraped gateway from another."""
 
@@ -126,6 +133,9 @@ def decode_gateway_load(
         raise PromTooLarge(f"{len(result)} series over the limit of {max_series}")
     gateways: set[tuple[str, ...]] = set()
     total: dict[str, float] = {}
+    beyond: dict[str, float] = {}
+    unmet: dict[str, float] = {}
+    into = {GATEWAY_IN_FLIGHT: total, GATEWAY_DEMAND: beyond, GATEWAY_UNMET: unmet}
     for row in result:
         metric = row.get("metric") if isinstance(row, dict) else None
         value = row.get("value") if isinstance(row, dict) else None
@@ -137,12 +147,16 @@ def decode_gateway_load(
             continue  # NaN: a row the gateway no longer has
         if not NAME_RE.fullmatch(site) or not NAME_RE.fullmatch(cluster) or count < 0:
             continue
-        gateways.add(tuple(str(metric.get(k, "")) for k in GATEWAY_KEY_LABELS))
+        sums = into.get(str(metric.get("__name__", GATEWAY_IN_FLIGHT)))
+        if sums is None:
+            continue
+        if sums is total:  # a gateway counts by its in-flight series
+            gateways.add(tuple(str(metric.get(k, "")) for k in GATEWAY_KEY_LABELS))
         key = f"{site}/{cluster}"
-        total[key] = total.get(key, 0.0) + min(count, float(MAX_COUNT))
+        sums[key] = sums.get(key, 0.0) + min(count, float(MAX_COUNT))
     if not gateways:
         return {}
-    return {local_site: GatewaySums(now, len(gateways), total)}
+    return {local_site: GatewaySums(now, len(gateways), total, beyond, unmet)}
 
 
 def _data(answer: Any, kind: str) -> list[Any]:

@@ -73,6 +73,12 @@ CURSOR_HEADER = "X-Grid-Cursor"
 """Names every row the responder held; sent back as `since=`, it asks for newer rows only."""
 ROUND_END = "grid_signals_poll_round_end_timestamp_seconds"
 GATEWAY_IN_FLIGHT = "grid_gateway_in_flight"
+GATEWAY_DEMAND = "grid_gateway_demand"
+"""Per reporting site and target: its gateways' demand beyond what they hold there."""
+GATEWAY_UNMET = "grid_gateway_unmet"
+"""Per reporting site and target: its gateways' unmet demand (`core/demand.py`)."""
+_TARGETED = (GATEWAY_IN_FLIGHT, GATEWAY_DEMAND, GATEWAY_UNMET)
+"""The gateway rows labelled with a target candidate, in the order a body carries them."""
 GATEWAYS_REPORTING = "grid_gateways_reporting"
 GATEWAY_MAX_TARGETS = 64
 """Target candidates relayed per site's gateway sums (the largest counts)."""
@@ -164,6 +170,11 @@ class GatewaySums:
     """Gateways whose reports are summed (0: the site's operator heard from none)."""
     in_flight: Mapping[str, float] = field(default_factory=dict)
     """Target candidate key (`site/provider`) -> summed in-flight."""
+    demand: Mapping[str, float] = field(default_factory=dict)
+    """Target candidate key -> summed demand beyond what the gateways hold there
+    (`core/demand.py`; empty where no gateway reports demand, or an older operator)."""
+    unmet: Mapping[str, float] = field(default_factory=dict)
+    """Target candidate key -> summed unmet demand."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,9 +266,11 @@ def encode_relay(
         f'{ROUND_END}{{grid_site="{site}"}} {t:.3f} {round(t * 1000)}\n'.encode()
         for site, t in sorted(round_ends.items())
     ]
-    reporting, gateway_in_flight = _gateway_rows(gateways or {})
-    header_cost = 64 * (len(FIELDS) + 3)
-    used = header_cost + sum(len(e) for e in (*ends, *reporting, *gateway_in_flight))
+    reporting, targeted = _gateway_rows(gateways or {})
+    header_cost = 64 * (len(FIELDS) + 5)
+    used = header_cost + sum(
+        len(e) for e in (*ends, *reporting, *(r for rs in targeted.values() for r in rs))
+    )
     kept: list[list[bytes]] = [[] for _ in FIELDS]
     cut: Counter[tuple[Store, Cut]] = Counter()
     admitted: set[str] | None = None  # None while every newest sample fits
@@ -295,7 +308,7 @@ def encode_relay(
         parts.append(f"# TYPE {ROUND_END} gauge\n".encode())
         parts.extend(ends)
         rows += len(ends)
-    for name, lines in ((GATEWAYS_REPORTING, reporting), (GATEWAY_IN_FLIGHT, gateway_in_flight)):
+    for name, lines in ((GATEWAYS_REPORTING, reporting), *targeted.items()):
         if lines:
             parts.append(f"# TYPE {name} gauge\n".encode())
             parts.extend(lines)
@@ -303,24 +316,28 @@ def encode_relay(
     return Encoded(body=b"".join(parts), rows=rows, cut=dict(cut))
 
 
-def _gateway_rows(gateways: Mapping[str, GatewaySums]) -> tuple[list[bytes], list[bytes]]:
-    """(gateways-reporting rows, in-flight rows), each grouped as one metric family."""
+def _gateway_rows(
+    gateways: Mapping[str, GatewaySums],
+) -> tuple[list[bytes], dict[str, list[bytes]]]:
+    """(gateways-reporting rows, per targeted family its rows), each one metric family:
+    in-flight, then demand beyond it and unmet demand where gateways reported them."""
     reporting: list[bytes] = []
-    out: list[bytes] = []
+    out: dict[str, list[bytes]] = {name: [] for name in _TARGETED}
     for site, sums in sorted(gateways.items()):
         stamp = round(sums.at * 1000)
         reporting.append(
             f'{GATEWAYS_REPORTING}{{grid_site="{site}"}} {sums.gateways} {stamp}\n'.encode()
         )
-        targets = sorted(sums.in_flight.items(), key=lambda kv: (-kv[1], kv[0]))
-        for key, value in targets[:GATEWAY_MAX_TARGETS]:
-            tsite, _, tprov = key.partition("/")
-            if not (NAME_RE.fullmatch(tsite) and NAME_RE.fullmatch(tprov)):
-                continue
-            labels = f'grid_site="{site}",grid_target_site="{tsite}",grid_target_provider="{tprov}"'
-            out.append(
-                f"{GATEWAY_IN_FLIGHT}{{{labels}}} {_number(float(value))} {stamp}\n".encode()
-            )
+        for name, values in zip(_TARGETED, (sums.in_flight, sums.demand, sums.unmet), strict=True):
+            targets = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
+            for key, value in targets[:GATEWAY_MAX_TARGETS]:
+                tsite, _, tprov = key.partition("/")
+                if not (NAME_RE.fullmatch(tsite) and NAME_RE.fullmatch(tprov)):
+                    continue
+                labels = (
+                    f'grid_site="{site}",grid_target_site="{tsite}",grid_target_provider="{tprov}"'
+                )
+                out[name].append(f"{name}{{{labels}}} {_number(float(value))} {stamp}\n".encode())
     return reporting, out
 
 
@@ -400,7 +417,7 @@ def decode_relay(
     providers: dict[str, set[str]] = {}
     round_ends: dict[str, float] = {}
     gw_counts: dict[str, tuple[int, float]] = {}
-    gw_targets: dict[str, dict[str, float]] = {}
+    gw_targets: dict[str, dict[str, dict[str, float]]] = {name: {} for name in _TARGETED}
     newest_ok_ms = (date + SKEW_AHEAD_S) * 1000.0
     oldest_ok_ms = (date - SKEW_BEHIND_S) * 1000.0
     match_row = _ROW.fullmatch
@@ -421,7 +438,7 @@ def decode_relay(
         parsed += 1
         metric, site, provider = m["metric"], m["site"], m["provider"]
         attr = _BY_NAME.get(metric)
-        gateway_row = metric in (GATEWAY_IN_FLIGHT, GATEWAYS_REPORTING)
+        gateway_row = metric in _TARGETED or metric == GATEWAYS_REPORTING
         if attr is None and metric != ROUND_END and not gateway_row:
             continue  # a newer operator's series: ignored, not an error
         try:
@@ -432,7 +449,7 @@ def decode_relay(
         if (
             not math.isfinite(value)
             or (attr is None) != (provider is None)
-            or targeted != (metric == GATEWAY_IN_FLIGHT)
+            or targeted != (metric in _TARGETED)
         ):
             dropped[DropReason.PARSE] += 1
             if provider is not None:
@@ -451,8 +468,8 @@ def decode_relay(
                 continue
             gw_counts[site] = (int(value), stamp / 1000.0 + offset)
             continue
-        if metric == GATEWAY_IN_FLIGHT:
-            targets = gw_targets.setdefault(site, {})
+        if metric in _TARGETED:
+            targets = gw_targets[metric].setdefault(site, {})
             if len(targets) >= GATEWAY_MAX_TARGETS:
                 dropped[DropReason.CAP] += 1
                 continue
@@ -490,7 +507,8 @@ def decode_relay(
         received.append(Received(stamp_ms=stamp, sample=sample))
     received.sort(key=lambda r: (r.sample.site, r.sample.provider, r.stamp_ms))
     gateways = {
-        site: GatewaySums(at, n, gw_targets.get(site, {})) for site, (n, at) in gw_counts.items()
+        site: GatewaySums(at, n, *(gw_targets[name].get(site, {}) for name in _TARGETED))
+        for site, (n, at) in gw_counts.items()
     }
     return Decoded(
         received=tuple(received),
