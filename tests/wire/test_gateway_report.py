@@ -1,9 +1,13 @@
 """The gateway's load report (poll headers) and the gateway sums relayed in /signals."""
 
+from gridroute.core.demand import DemandReport
 from gridroute.core.sample import Sample
+from gridroute.relay.nats_gateway_reports import GatewayReportBoard
 from gridroute.wire.gateway_report import (
     MAX_ENTRIES,
+    parse_demand,
     parse_in_flight,
+    render_demand,
     render_in_flight,
     valid_gateway_id,
 )
@@ -81,3 +85,39 @@ def test_a_gateway_row_without_its_target_labels_is_refused() -> None:
     )
     dec = decode_relay(body, date=1.0, offset=0.0)
     assert dec.dropped[DropReason.PARSE] == 2 and dec.gateways == {}
+
+
+def test_demand_rides_beside_the_in_flight_and_an_old_body_decodes_without_it() -> None:
+    """The demand rows (`core/demand.py`) round-trip; a body without them (an older
+    operator's) decodes as before, with no demand; an older reader skips the rows as a
+    newer operator's series (`decode_relay` ignores unknown names)."""
+    sums = {"west": GatewaySums(100.0, 2, {"hub/p": 12.0}, {"hub/p": 7.0}, {"hub/p": 5.0})}
+    enc = encode_relay([], {}, local_site="west", gateways=sums)
+    body = enc.body.decode()
+    assert "grid_gateway_demand{" in body and "grid_gateway_unmet{" in body
+    dec = decode_relay(enc.body, date=100.0, offset=0.0)
+    assert dec.gateways["west"] == sums["west"] and dec.dropped == {}
+    old = "\n".join(ln for ln in body.splitlines() if "demand" not in ln and "unmet" not in ln)
+    dec = decode_relay(old.encode() + b"\n", date=100.0, offset=0.0)
+    assert dec.gateways["west"] == GatewaySums(100.0, 2, {"hub/p": 12.0})
+
+
+def test_demand_headers_round_trip_and_a_malformed_one_loses_only_the_demand() -> None:
+    report = DemandReport({"hub/p": 3}, {"hub/p": 2, "west/p": 1})
+    headers = render_demand(report)
+    assert headers == {"x-grid-demand": "hub/p=3", "x-grid-unmet": "hub/p=2,west/p=1"}
+    assert parse_demand(headers["x-grid-demand"], headers["x-grid-unmet"]) == report
+    assert parse_demand(None, None) is None  # an older gateway, or one not following
+    assert parse_demand("hub/p=-3", "hub/p=1") is None
+    assert render_demand(DemandReport()) == {}
+
+
+def test_a_nats_report_carries_its_demand_in_message_headers() -> None:
+    board = GatewayReportBoard("gridroute.gateways")
+    subject = board.subject("west", "gw-1")
+    headers = render_demand(DemandReport({"hub/p": 4}, {"hub/p": 4}))
+    assert board.ingest(subject, b"hub/p=2", 1.0, headers)
+    assert board.ingest(board.subject("west", "gw-2"), b"hub/p=1", 1.0)  # an older one
+    (sums,) = board.sums(1.0).values()
+    assert sums.gateways == 2 and sums.in_flight == {"hub/p": 3.0}
+    assert sums.demand == {"hub/p": 4.0} and sums.unmet == {"hub/p": 4.0}

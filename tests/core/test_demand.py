@@ -1,0 +1,204 @@
+"""Budgets that follow demand between gateways (core/demand.py), and the five faults of
+the attempt taken out before it landed (docs/selection.md, "Budgets that follow demand
+between gateways"): each is a named test here that its design fails."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from gridroute.core import AvailabilitySettings, Candidate, OwnLoad, Policy, Sample
+from gridroute.core.demand import DemandMeter, DemandReport, Following, SiteDemand, report, settle
+from gridroute.core.flow import Attempt, Refuse, request_flow
+from gridroute.core.gateway_load import GatewayLoad, combine
+from gridroute.core.gridstate import GridState
+from gridroute.core.select import Outcome
+from gridroute.gateway.load_report import LoadReport
+from gridroute.wire.signals import Decoded, GatewaySums
+
+from .flow_driver import FakeGrid
+from .test_fairness import full_grid
+from .test_overlay_request import NEW, _grid, _overlay
+
+FOLLOW = AvailabilitySettings(shedding=True, follow_demand=True)
+X, Y = Candidate("a", "p", frozenset({"x"})), Candidate("b", "p", frozenset({"y"}))
+
+
+def _state(*cands: Candidate, settings: AvailabilitySettings = FOLLOW) -> GridState:
+    return GridState(cands, settings, models=sorted({m for c in cands for m in c.models}))
+
+
+def _full(site: str, running: float, at: float) -> Sample:
+    return Sample(site, "p", at, running=running, waiting=0.0, ready=1.0, max_running=100.0)
+
+
+def _budget(state: GridState, own: OwnLoad, load: GatewayLoad, key: str, running: float) -> float:
+    samples = [_full(c.site, running, t) for c in state.candidates for t in (0.5, 1.0)]
+    snap = state.refresh(samples, {c.site: 1.0 for c in state.candidates}, 1.0, {}, own, load)
+    view = snap.view(key)
+    assert view is not None
+    return view.budget
+
+
+# -- what a gateway measures and reports -------------------------------------------------
+
+
+def test_waiting_and_refused_requests_count_until_their_retry_after_runs_out() -> None:
+    meter = DemandMeter()
+    meter.hold("m")
+    meter.refused("m", 10.0, 5.0)
+    assert meter.unmet("m", 12.0) == 2
+    meter.release("m")
+    assert meter.unmet("m", 14.9) == 1
+    assert meter.unmet("m", 15.0) == 0 and meter.models(15.0) == set()
+
+
+def test_the_report_is_per_candidate_for_the_models_it_serves() -> None:
+    meter = DemandMeter()
+    meter.hold("y")
+    got = report([X, Y], {"a/p": 2}, {"x": 3, "y": 1}, meter, 0.0)
+    # a serves x: 3 in flight of which it holds 2; b serves y: 1 in flight + 1 waiting.
+    assert got == DemandReport(beyond={"a/p": 1, "b/p": 2}, unmet={"b/p": 1})
+
+
+# -- fault 1: one grid-wide number ----------------------------------------------------------
+
+
+def test_unmet_demand_for_one_model_leaves_budgets_at_a_site_serving_only_another() -> None:
+    """The reverted attempt summed unmet demand over the grid: waiting for model y shrank
+    this gateway's budget at a site serving only x, and that room went idle."""
+    own = OwnLoad()
+    for _ in range(30):
+        own.start("a/p", 0.1, "x")
+    meter = DemandMeter()
+    for _ in range(50):
+        meter.hold("y")  # much unmet demand, all of it for y
+    mine = report([X, Y], dict(own.counts), own.models, meter, 1.0)
+    assert "a/p" not in mine.unmet
+    others = {"a/p": 60.0}  # another gateway holds 60 at a, and wants nothing more
+    load = combine({"here": (2, {"a/p": 90.0}, {}, dict(mine.unmet))}, dict(own.counts), mine)
+    assert load.site_demand("a/p", 30) is None  # a is not contended: nobody waits for x
+    followed = _budget(_state(X, Y), own, load, "a/p", 90.0)
+    held = _budget(
+        _state(X, Y, settings=AvailabilitySettings(shedding=True)),
+        own,
+        combine({"here": (2, {"a/p": 30.0 + others["a/p"]})}, dict(own.counts)),
+        "a/p",
+        90.0,
+    )
+    assert followed == held
+
+
+# -- fault 2: fair order off read as no demand ---------------------------------------------------
+
+
+def test_a_gateway_without_fair_order_reports_its_refused_clients() -> None:
+    """With `fair_order: false` nothing waits in a fair order: the reverted attempt read
+    such a gateway as wanting nothing past capacity, so its budgets never grew."""
+    g, fg = full_grid(fair_order=False, follow_demand=True)
+    for client in ("c1", "c2", "c3"):
+        step = next(request_flow(fg, "m", Policy.GRIDROUTE, client=client))
+        assert isinstance(step, Refuse) and step.decision.outcome is Outcome.SHED
+    assert fg.fairness.waiting("m") == 0  # no fair order
+    cand = g.state.candidates[0]
+    got = report([cand], dict(g.own.counts), {"m": 8}, fg.fairness.demand, fg.now)
+    assert got.unmet == {"a/p": 3}
+
+
+# -- fault 3: overlay-routed models read as no demand ---------------------------------------------
+
+
+def test_overlay_routed_requests_count_as_demand() -> None:
+    """A request the routing overlay decides keeps no fair order either; its in-flight and
+    its refusals are its gateway's demand all the same."""
+    fg: FakeGrid = _grid("ab", shedding=True, follow_demand=True)
+    flow = request_flow(fg, "m", Policy.GRIDROUTE, overlay=_overlay((NEW, "ab")), client="k")
+    step = next(flow)
+    assert isinstance(step, Attempt)
+    fg.own.start(step.view.key, fg.now, "m")  # as the gateway's driver does
+    cands = [Candidate(s, "p", frozenset({"m"})) for s in "ab"]
+    got = report(cands, dict(fg.own.counts), fg.own.models, fg.fairness.demand, fg.now)
+    other = "b/p" if step.view.key == "a/p" else "a/p"
+    assert got.beyond == {other: 1}  # wanted at the site it does not hold it at
+    fg.fairness.demand.refused("m", fg.now, 5.0)  # an overlay 429 comes back too
+    got = report(cands, dict(fg.own.counts), fg.own.models, fg.fairness.demand, fg.now)
+    assert got.unmet == {"a/p": 1, "b/p": 1}
+
+
+# -- fault 4: the Prometheus path lacked the gateway's own figure --------------------------------
+
+
+def _current(follow: bool) -> Any:
+    own = OwnLoad()
+    own.start("a/p", 0.0, "x")
+    meter = DemandMeter()
+    for _ in range(4):
+        meter.hold("x")
+    return SimpleNamespace(
+        own=own,
+        state=SimpleNamespace(settings=AvailabilitySettings(follow_demand=follow), candidates=(X,)),
+        fairness=SimpleNamespace(demand=meter),
+        clock=lambda: 1.0,
+    )
+
+
+def test_a_prometheus_reader_adds_its_own_demand_to_what_prometheus_scraped() -> None:
+    """A reader with no metrics listener is in no scrape: its own in-flight was added to
+    the sums, its demand was not, so it read every other gateway as wanting more."""
+    current = _current(True)
+    rep = LoadReport(lambda: cast(Any, current), "gw-me", "hub")
+    rep.unscraped = True
+    other = GatewaySums(1.0, 1, {"a/p": 10.0}, {"a/p": 0.0}, {"a/p": 2.0})
+    load = rep.load(Decoded(received=(), round_ends={}, gateways={"hub": other}), 1.0)
+    assert load is not None and load.gateways == 2
+    assert load.in_flight == {"a/p": 11.0}
+    assert load.unmet == {"a/p": 6.0} and load.demand == {"a/p": 4.0}
+    assert load.mine == DemandReport({"a/p": 4}, {"a/p": 4})
+
+
+# -- fault 5: room idle when only one gateway wants it ------------------------------------------
+
+
+def test_a_site_only_one_gateway_wants_is_not_left_idle() -> None:
+    """Yielding a share of a site to gateways that do not route there (the attempt's
+    first fix) left its room unused; demand is compared only among those that do."""
+    d = SiteDemand(total=40.0, mine=40.0)  # the others report nothing at this site
+    (got,) = settle([(0, Following(held=20.0, free=30.0, room=50.0, demand=d, idle=False))])
+    assert got[1] == pytest.approx(50.0)  # all of the free room
+
+
+def test_a_lying_peer_cannot_keep_room_idle_past_a_sample() -> None:
+    """A peer that reports a huge demand it does not use caps this gateway's budget, but
+    room that has stayed free past a sample is never held back."""
+    lie = SiteDemand(total=10_000.0, mine=100.0)
+    fresh = Following(held=60.0, free=20.0, room=80.0, demand=lie, idle=False)
+    idle = Following(held=60.0, free=20.0, room=80.0, demand=lie, idle=True)
+    (capped,) = settle([(0, fresh)])
+    (lifted,) = settle([(0, idle)])
+    assert capped[1] < 60.0  # over its share: it yields what it frees
+    assert lifted[1] >= 60.0  # never below what it holds on idle room
+
+
+# -- mixed versions ---------------------------------------------------------------------------
+
+
+def test_a_gateway_that_reports_no_demand_demands_what_it_holds() -> None:
+    """An older gateway sends in-flight only: it counts as wanting exactly what it holds
+    there, the rule before this one."""
+    mine = DemandReport({"a/p": 10}, {"a/p": 10})
+    old = (1, {"a/p": 30.0})  # an older gateway's sums: no demand rows
+    new = (1, {"a/p": 20.0}, dict(mine.beyond), dict(mine.unmet))
+    load = combine({"west": old, "hub": new}, {"a/p": 20}, mine)
+    got = load.site_demand("a/p", 20)
+    assert got == SiteDemand(total=60.0, mine=30.0)
+
+
+def test_without_follow_demand_nothing_is_reported_or_followed() -> None:
+    current = _current(False)
+    rep = LoadReport(lambda: cast(Any, current), "gw-me", "hub")
+    headers = rep.headers()
+    assert set(headers) == {"x-grid-gateway", "x-grid-in-flight"} and rep.demand is None
+    on = LoadReport(lambda: cast(Any, _current(True)), "gw-me", "hub").headers()
+    assert on["x-grid-demand"] == "a/p=4" and on["x-grid-unmet"] == "a/p=4"
