@@ -10,7 +10,15 @@ from typing import Any, cast
 import pytest
 
 from gridroute.core import AvailabilitySettings, Candidate, OwnLoad, Policy, Sample
-from gridroute.core.demand import DemandMeter, DemandReport, Following, SiteDemand, report, settle
+from gridroute.core.demand import (
+    LIFT_AFTER,
+    DemandMeter,
+    DemandReport,
+    Following,
+    SiteDemand,
+    report,
+    settle,
+)
 from gridroute.core.flow import Attempt, Refuse, request_flow
 from gridroute.core.gateway_load import GatewayLoad, combine
 from gridroute.core.gridstate import GridState
@@ -163,22 +171,36 @@ def test_a_prometheus_reader_adds_its_own_demand_to_what_prometheus_scraped() ->
 
 def test_a_site_only_one_gateway_wants_is_not_left_idle() -> None:
     """Yielding a share of a site to gateways that do not route there (the attempt's
-    first fix) left its room unused; demand is compared only among those that do."""
-    d = SiteDemand(total=40.0, mine=40.0)  # the others report nothing at this site
-    (got,) = settle([(0, Following(held=20.0, free=30.0, room=50.0, demand=d, idle=False))])
-    assert got[1] == pytest.approx(50.0)  # all of the free room
+    first fix) left its room unused; demand is compared only among those that do, so
+    the one gateway that wants the site takes its free room once nobody refilled it."""
+    alone = 1.0  # the others report nothing at this site: all its demand is this one's
+    site = Following(base=26.0, held=20.0, free=30.0, room=50.0, share=alone, idle=1)
+    ((_, budget, _),) = settle([(0, site)])
+    assert budget == pytest.approx(50.0)  # all of the free room, not a share of it
 
 
-def test_a_lying_peer_cannot_keep_room_idle_past_a_sample() -> None:
+def test_a_lying_peer_cannot_keep_room_idle() -> None:
     """A peer that reports a huge demand it does not use caps this gateway's budget, but
-    room that has stayed free past a sample is never held back."""
-    lie = SiteDemand(total=10_000.0, mine=100.0)
-    fresh = Following(held=60.0, free=20.0, room=80.0, demand=lie, idle=False)
-    idle = Following(held=60.0, free=20.0, room=80.0, demand=lie, idle=True)
-    (capped,) = settle([(0, fresh)])
-    (lifted,) = settle([(0, idle)])
-    assert capped[1] < 60.0  # over its share: it yields what it frees
-    assert lifted[1] >= 60.0  # never below what it holds on idle room
+    room that nobody took for `LIFT_AFTER` samples is refilled all the same."""
+    lie = 100.0 / 10_000.0  # this gateway's part of the demand the liar claims
+    at = {
+        n: Following(base=62.0, held=60.0, free=20.0, room=80.0, share=lie, idle=n)
+        for n in (0, LIFT_AFTER)
+    }
+    ((_, capped, _),) = settle([(0, at[0])])
+    ((_, lifted, _),) = settle([(0, at[LIFT_AFTER])])
+    assert capped < 60.0  # over its target: it does not refill what it frees
+    assert lifted == 62.0  # the fair share's budget again, on room nobody wants
+
+
+def test_equal_holdings_within_the_noise_of_a_sample_move_nothing() -> None:
+    """Holdings a little past or short of the target keep the fair share's budget: each
+    move idles a slot for a sample, and noise would move slots back and forth."""
+    sites = [
+        (0, Following(base=41.0, held=40.0, free=2.0, room=128.0, share=0.3, idle=1)),
+        (1, Following(base=25.0, held=24.0, free=2.0, room=64.0, share=0.3, idle=1)),
+    ]
+    assert [b for _, b, _ in settle(sites)] == [41.0, 25.0]
 
 
 # -- mixed versions ---------------------------------------------------------------------------

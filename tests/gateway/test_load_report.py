@@ -12,7 +12,7 @@ from gridroute.wire.signals import Decoded, GatewaySums
 
 
 def report(own: dict[str, int]) -> LoadReport:
-    state = SimpleNamespace(settings=AvailabilitySettings())  # follow_demand off
+    state = SimpleNamespace(settings=AvailabilitySettings(follow_demand=False))
     current = cast(Any, SimpleNamespace(own=SimpleNamespace(counts=own), state=state))
     return LoadReport(lambda: current, "gw-me", "hub")
 

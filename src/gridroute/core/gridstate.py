@@ -37,6 +37,10 @@ class _Tracked:
     """Newest sample that carried load. Liveness is judged on it, so readiness-only
     samples (a failed scrape) keep a site neither idle nor live past the window."""
     room_since: float | None = None
+    room_last: float | None = None
+    """The newest of those samples."""
+    room_outlasted: int = 0
+    """How many samples after the first of them still showed the free slot."""
     """First of the consecutive samples (up to the newest) that showed a whole free slot."""
 
 
@@ -418,7 +422,8 @@ class GridState:
                 # `refresh`, once every site's target is known; kept fractional here.
                 reported = max(known.in_flight.get(cand.key, 0.0), float(own_s))
                 room = min(reported + free, room_ceiling)
-                following.append((index, Following(held, free, room, demand, idle)))
+                part = demand.share
+                following.append((index, Following(budget, held, free, room, part, idle)))
             else:
                 budget = self._whole(budget, idle)
         return SiteView(
@@ -447,15 +452,21 @@ class GridState:
             loaded=latest is not None,
         )
 
-    def _idle(self, tr: _Tracked, free: float, over: bool, loaded_at: float | None) -> bool:
-        """Whether a whole free slot there has outlasted a sample (see `_whole`)."""
+    def _idle(self, tr: _Tracked, free: float, over: bool, loaded_at: float | None) -> int:
+        """How many samples a whole free slot there has outlasted (0: fresh or none; see
+        `_whole`)."""
         if over or free < 1.0 or loaded_at is None:
-            tr.room_since = None
+            tr.room_since = tr.room_last = None
+            tr.room_outlasted = 0
         elif tr.room_since is None or loaded_at < tr.room_since:
-            tr.room_since = loaded_at
-        return tr.room_since is not None and loaded_at is not None and loaded_at > tr.room_since
+            tr.room_since = tr.room_last = loaded_at
+            tr.room_outlasted = 0
+        elif tr.room_last is not None and loaded_at > tr.room_last:
+            tr.room_last = loaded_at
+            tr.room_outlasted += 1
+        return tr.room_outlasted
 
-    def _whole(self, budget: float, idle: bool) -> float:
+    def _whole(self, budget: float, idle: int) -> float:
         """The budget in whole requests: rounded (`_rounded`) when the site's free room is
         idle (`_idle`), floored when it is fresh or the site is over-full.
 
@@ -471,7 +482,7 @@ class GridState:
         over-full site's proportional part is floored, so the queue there drains."""
         if self.rng is None:
             return budget
-        return self._rounded(budget) if idle else float(math.floor(budget))
+        return self._rounded(budget) if idle > 0 else float(math.floor(budget))
 
     def _rounded(self, budget: float) -> float:
         """A budget of whole requests: its fraction granted with that probability.

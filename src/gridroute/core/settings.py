@@ -79,14 +79,13 @@ class AvailabilitySettings(BaseModel):
     rank ahead of it waiting, waits up to `fair_wait_ms` (or `max_queue_ms` when set) and
     a freed slot goes to the waiter whose key was served least lately; the ones refused
     are the most served. false: first come takes the slot, the rest get 429 at once."""
-    follow_demand: bool = False
+    follow_demand: bool = True
     """Past capacity, a gateway's budget at a site follows its share of the demand of the
     gateways that route there (`core/demand.py`): each reports its waiting and refused
-    requests per candidate with its in-flight, and one carrying 40 % of the clients holds
-    about 40 % of the slots, not a quarter. Off by default while it costs goodput where
-    slots turn over fast (16 gateways at 200 ms service: 0.95 of the slots, against
-    0.99 off; docs/selection.md). false: it reports no demand and budgets follow
-    holdings only (another gateway reads it as demanding what it holds)."""
+    requests per candidate beside its in-flight, and one carrying 40 % of the clients
+    holds about 40 % of the slots, not a quarter. false: it reports no demand and its
+    budgets follow its holdings only (another gateway reads it as demanding what it
+    holds)."""
     fair_wait_ms: int = Field(10_000, gt=0)
     """The longest a request waits for its fair turn past capacity before it is refused
     (when `max_queue_ms` is 0). It waits one turnover of this gateway's slots (in flight
