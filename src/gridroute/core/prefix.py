@@ -21,6 +21,7 @@ site's longest match is the last block it is recorded for.
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -31,6 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 BYTES_PER_TOKEN = 4.0
 """Bytes of English text per token (the usual rule of thumb): a block's token estimate."""
+
+
+SERVED_TAU_S = 10.0
+"""Time constant of the per-site count of recent requests served (`PrefixMap.served_share`):
+the share the balance check of `core/select._prefer` reads."""
 
 
 class PrefixOutcome(StrEnum):
@@ -80,9 +86,11 @@ class PrefixAffinitySettings(BaseModel):
     Default: 600."""
     balance_slack: float = Field(0.02, ge=0.0)
     """A match is honoured only at a site whose rho is at most the selected tier's
-    capacity-weighted mean rho plus this (gridroute's addition: the issue's balance
-    target; without it, conversations sharing a system prompt herd onto the site that
-    served it last). Default: 0.02."""
+    capacity-weighted mean rho plus this and, once that mean is 0.5 or more, whose share
+    of this gateway's recent requests is at most its capacity share plus this
+    (gridroute's addition: the issue's balance target; without it, conversations sharing
+    a system prompt herd onto the site that served it last, and a site whose cache holds
+    more of its conversations takes more of the requests). Default: 0.02."""
     load_bound: bool = True
     """Measurement only: false lets affinity pass budgets and tiers (the "pure affinity"
     policy the benchmarks compare against). Default: true."""
@@ -126,7 +134,7 @@ class PrefixMap:
     forgotten after `ttl_s` unseen. One per gateway (worker); not shared across a
     site's gateways (a gateway learns only from the requests it sent)."""
 
-    __slots__ = ("_entries", "max_entries", "ttl_s")
+    __slots__ = ("_entries", "_served", "_served_at", "max_entries", "ttl_s")
 
     def __init__(self, max_entries: int = 200_000, ttl_s: float = 600.0) -> None:
         if max_entries < 1 or ttl_s <= 0:
@@ -134,6 +142,9 @@ class PrefixMap:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self._entries: OrderedDict[int, tuple[str, float]] = OrderedDict()
+        self._served: dict[str, float] = {}
+        """Requests with a fingerprint each key answered, decayed with `SERVED_TAU_S`."""
+        self._served_at = 0.0
 
     def matches(self, blocks: Sequence[int], now: float) -> dict[str, int]:
         """Per candidate key, how many leading blocks of `blocks` it served (its longest
@@ -154,12 +165,32 @@ class PrefixMap:
 
     def record(self, blocks: Sequence[int], key: str, now: float) -> None:
         """`key` served a request with these blocks now (each moves to the young end)."""
+        served = self._served
+        dt = now - self._served_at
+        if dt > 0.0:
+            decay = math.exp(-dt / SERVED_TAU_S)
+            for k in served:
+                served[k] *= decay
+            self._served_at = now
+        served[key] = served.get(key, 0.0) + 1.0
         entries = self._entries
         for b in blocks:
             entries[b] = (key, now)
             entries.move_to_end(b)
         while len(entries) > self.max_entries:
             entries.popitem(last=False)
+
+    def served_share(self, key: str, keys: Sequence[str]) -> float | None:
+        """`key`'s part of the recent requests (decayed over `SERVED_TAU_S`) that `keys`
+        answered; None before any of them answered one. The decay is the same for every
+        key, so the ratio needs none at read time."""
+        served = self._served
+        total = 0.0
+        for k in keys:
+            total += served.get(k, 0.0)
+        if total <= 0.0:
+            return None
+        return served.get(key, 0.0) / total
 
     def __len__(self) -> int:
         return len(self._entries)
