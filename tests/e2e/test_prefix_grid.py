@@ -21,7 +21,9 @@ from tests.gateway.processes import http, wait_for
 
 pytestmark = pytest.mark.e2e
 
-SITES = dict.fromkeys("abc", 8)
+# 64 slots: one request in flight is rho 1/64, inside the default balance_slack (0.02),
+# so a scrape that caught the previous turn still in flight is not read as imbalance.
+SITES = dict.fromkeys("abc", 64)
 SYSTEM = "You are a careful assistant who answers in full sentences. " * 280  # ~16 KiB
 
 
