@@ -193,6 +193,24 @@ def test_a_busy_site_over_its_share_of_the_requests_is_overridden() -> None:
     assert d.key == "c/p" and pr.outcome is PrefixOutcome.HIT
 
 
+def test_the_share_is_read_within_the_tier() -> None:
+    # a is at its budget (out of the tier); b and c, busy, split the requests: c's half
+    # is its capacity share of the tier, not too much of all three sites.
+    g = three((60, 60, 60))
+    for key in ("a/p", "b/p", "c/p"):
+        for _ in range(60):
+            g.own.start(key, 0.0)
+    snap = g.refresh(1.0)
+    view = snap.view("a/p")
+    assert view is not None
+    own = dict(g.own.counts) | {"a/p": int(view.budget)}
+    pr = request("c/p", 10)  # one request served at c ...
+    for i in range(100):  # ... and a hundred, half each at b and c
+        pr.table.record((2000 + i,), "b/p" if i < 50 else "c/p", 0.0)
+    d = decide(snap, MODEL, random.Random(1), Policy.GRIDROUTE, own, prefix=pr)
+    assert d.key == "c/p" and pr.outcome is PrefixOutcome.HIT
+
+
 def test_below_busy_a_conversation_keeps_its_site_whatever_its_share() -> None:
     # rho 0.1: one conversation answered by one site is all of its requests, and stays.
     snap = three((10, 10, 10)).refresh(1.0)

@@ -483,13 +483,15 @@ def _balanced(
     usual), with `slack` the settings' `balance_slack`:
 
     * `k`'s rho is at most the tier's capacity-weighted mean plus `slack`, and
-    * once that mean is `BUSY_RHO` or more, `k`'s part of the requests this gateway's
-      healthy sites answered lately (`PrefixMap.served_share`) is at most its capacity
-      share plus `slack`. Rho alone is not enough: a site whose cache holds more of its
-      conversations (the small site of the seed scenario, with the same cache for half
-      the slots) answers faster at the same rho, so at the same rho it took 5.5 points
-      more of the requests than with affinity off (bench/bench_prefix.py, 256 clients).
-      Below `BUSY_RHO` no site is near full and a conversation keeps its site."""
+    * once that mean is `BUSY_RHO` or more, `k`'s part of the requests the tier's sites
+      answered lately (`PrefixMap.served_share`) is at most its capacity share of the
+      tier plus `slack` (the tier's, so a site out of it, full, does not make the
+      others' shares look too large). Rho alone is not enough: a site whose cache holds
+      more of its conversations (the small site of the seed scenario, with the same
+      cache for half the slots) answers faster at the same rho, so at the same rho it
+      took 5.5 points more of the requests than with affinity off
+      (bench/bench_prefix.py, 256 clients). Below `BUSY_RHO` no site is near full and
+      a conversation keeps its site."""
     mine = rhos[k]
     if mine is None:
         return True
@@ -508,8 +510,8 @@ def _balanced(
         return False
     if mean < BUSY_RHO:
         return True
-    share = prefix.table.served_share(healthy[k].key, [v.key for v in healthy])
-    return share is None or share <= weights[k] / sum(weights) + slack
+    share = prefix.table.served_share(healthy[k].key, [healthy[i].key for i in tier])
+    return share is None or share <= weights[k] / total + slack
 
 
 def _not_chosen(healthy: Sequence[SiteView], chosen: SiteView) -> tuple[tuple[str, str], ...]:
