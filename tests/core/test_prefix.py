@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gridroute.core.flow import Answered, Relay, request_flow
+from gridroute.core.gridstate import Snapshot
 from gridroute.core.prefix import (
     PrefixAffinitySettings,
     PrefixMap,
@@ -174,15 +175,19 @@ def busy_request(key: str, share: float, total: int = 100) -> PrefixRequest:
     return pr
 
 
-def test_a_busy_site_over_its_share_of_the_requests_is_overridden() -> None:
-    # Equal sites at rho 0.6 (busy), all of it this gateway's: c answered 60 % of the
-    # recent requests, above its capacity share of a third plus the slack.
+def busy() -> tuple[Snapshot, dict[str, int]]:
+    """Three equal sites at rho 0.6, all of it this gateway's, and its in-flight."""
     g = three((60, 60, 60))
     for key in ("a/p", "b/p", "c/p"):
         for _ in range(60):
             g.own.start(key, 0.0)
-    snap = g.refresh(1.0)
-    own = dict(g.own.counts)
+    return g.refresh(1.0), dict(g.own.counts)
+
+
+def test_a_busy_site_over_its_share_of_the_requests_is_overridden() -> None:
+    # Equal sites at rho 0.6 (busy), all of it this gateway's: c answered 60 % of the
+    # recent requests, above its capacity share of a third plus the slack.
+    snap, own = busy()
     for seed in range(20):
         pr = busy_request("c/p", 0.6)
         d = decide(snap, MODEL, random.Random(seed), Policy.GRIDROUTE, own, prefix=pr)
@@ -196,14 +201,10 @@ def test_a_busy_site_over_its_share_of_the_requests_is_overridden() -> None:
 def test_the_share_is_read_within_the_tier() -> None:
     # a is at its budget (out of the tier); b and c, busy, split the requests: c's half
     # is its capacity share of the tier, not too much of all three sites.
-    g = three((60, 60, 60))
-    for key in ("a/p", "b/p", "c/p"):
-        for _ in range(60):
-            g.own.start(key, 0.0)
-    snap = g.refresh(1.0)
+    snap, own = busy()
     view = snap.view("a/p")
     assert view is not None
-    own = dict(g.own.counts) | {"a/p": int(view.budget)}
+    own["a/p"] = int(view.budget)
     pr = request("c/p", 10)  # one request served at c ...
     for i in range(100):  # ... and a hundred, half each at b and c
         pr.table.record((2000 + i,), "b/p" if i < 50 else "c/p", 0.0)
