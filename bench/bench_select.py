@@ -235,8 +235,8 @@ def flow_rows(n_calls: int, reps: int = 7) -> None:
 
 def prefix_rows(n_calls: int, reps: int = 7) -> None:
     """Issue 24: the prefix fingerprint of an 8 KiB prompt (1 KiB blocks, so 8
-    chained CRC-32s) and its lookup in a warm prefix map, against hashing the raw
-    8 KiB once (`zlib.crc32`) in the same run. Target: fingerprint under 5 us."""
+    chained hashes) and its lookup in a warm prefix map, against one CRC-32 of the raw
+    8 KiB (`zlib.crc32`) in the same run. Target: fingerprint under 5 us."""
     prompt = (b'{"role":"user","content":"' + b"lorem ipsum dolor sit amet " * 400)[:8192]
     table = PrefixMap()
     blocks = fingerprint(prompt)

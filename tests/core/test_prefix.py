@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gridroute.core.flow import Answered, Relay, request_flow
+from gridroute.core.gridstate import Snapshot
 from gridroute.core.prefix import (
     PrefixAffinitySettings,
     PrefixMap,
@@ -149,6 +150,74 @@ def test_disabled_is_a_miss_and_the_pick_is_unchanged() -> None:
     a = decide(snap, MODEL, random.Random(5), Policy.GRIDROUTE, {}, prefix=pr)
     b = decide(snap, MODEL, random.Random(5), Policy.GRIDROUTE, {})
     assert a == b and pr.outcome is PrefixOutcome.MISS
+
+
+def test_served_share_is_each_sites_part_of_the_recent_requests() -> None:
+    table = PrefixMap()
+    assert table.served_share("a", ["a", "b"]) is None
+    for i in range(3):
+        table.record((i,), "a", 0.0)
+    table.record((9,), "b", 0.0)
+    assert table.served_share("a", ["a", "b"]) == 0.75
+    assert table.served_share("a", ["a"]) == 1.0  # only the keys asked about count
+    # Old requests fade (SERVED_TAU_S): a site that answered long ago weighs little.
+    for t in range(100, 103):
+        table.record((t,), "b", float(t))
+    share = table.served_share("a", ["a", "b"])
+    assert share is not None and share < 0.01
+
+
+def busy_request(key: str, share: float, total: int = 100) -> PrefixRequest:
+    """A full match at `key`, which answered `share` of this gateway's last requests."""
+    pr = request(key, 10)
+    for i in range(total):
+        pr.table.record((1000 + i,), key if i < share * total else "a/p", 0.0)
+    return pr
+
+
+def busy() -> tuple[Snapshot, dict[str, int]]:
+    """Three equal sites at rho 0.6, all of it this gateway's, and its in-flight."""
+    g = three((60, 60, 60))
+    for key in ("a/p", "b/p", "c/p"):
+        for _ in range(60):
+            g.own.start(key, 0.0)
+    return g.refresh(1.0), dict(g.own.counts)
+
+
+def test_a_busy_site_over_its_share_of_the_requests_is_overridden() -> None:
+    # Equal sites at rho 0.6 (busy), all of it this gateway's: c answered 60 % of the
+    # recent requests, above its capacity share of a third plus the slack.
+    snap, own = busy()
+    for seed in range(20):
+        pr = busy_request("c/p", 0.6)
+        d = decide(snap, MODEL, random.Random(seed), Policy.GRIDROUTE, own, prefix=pr)
+        assert pr.outcome is PrefixOutcome.OVERRIDDEN_BY_LOAD and d.path is not Path.PREFIX
+    # At its share, the match is honoured.
+    pr = busy_request("c/p", 0.34)
+    d = decide(snap, MODEL, random.Random(1), Policy.GRIDROUTE, own, prefix=pr)
+    assert d.key == "c/p" and pr.outcome is PrefixOutcome.HIT
+
+
+def test_the_share_is_read_within_the_tier() -> None:
+    # a is at its budget (out of the tier); b and c, busy, split the requests: c's half
+    # is its capacity share of the tier, not too much of all three sites.
+    snap, own = busy()
+    view = snap.view("a/p")
+    assert view is not None
+    own["a/p"] = int(view.budget)
+    pr = request("c/p", 10)  # one request served at c ...
+    for i in range(100):  # ... and a hundred, half each at b and c
+        pr.table.record((2000 + i,), "b/p" if i < 50 else "c/p", 0.0)
+    d = decide(snap, MODEL, random.Random(1), Policy.GRIDROUTE, own, prefix=pr)
+    assert d.key == "c/p" and pr.outcome is PrefixOutcome.HIT
+
+
+def test_below_busy_a_conversation_keeps_its_site_whatever_its_share() -> None:
+    # rho 0.1: one conversation answered by one site is all of its requests, and stays.
+    snap = three((10, 10, 10)).refresh(1.0)
+    pr = busy_request("c/p", 1.0)
+    d = decide(snap, MODEL, random.Random(1), Policy.GRIDROUTE, {}, prefix=pr)
+    assert d.key == "c/p" and pr.outcome is PrefixOutcome.HIT
 
 
 def test_the_flow_records_the_site_that_answered() -> None:

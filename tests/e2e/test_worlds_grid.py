@@ -30,6 +30,7 @@ class Grid:
         availability: dict[str, object],
         sites: dict[str, int] | None = None,
         workers: int = 1,
+        gateway: dict[str, object] | None = None,
     ) -> None:
         self.procs: list[Proc] = []
         self.fakes: dict[str, Proc] = {}
@@ -78,6 +79,7 @@ class Grid:
             "workers": workers,
             "health": {"interval_s": 0.25},
             "availability": {"freshness_window_ms": 1500, "lookback_ms": 1500, **availability},
+            **(gateway or {}),  # more gateway config (e.g. `prefix_affinity`)
         }
         path = tmp / "gateway.yaml"
         path.write_text(yaml.safe_dump(gw))

@@ -32,15 +32,23 @@ def test_without_its_load_bound_affinity_overshoots(example) -> None:  # type: i
     assert example["pure"]["overshoot"] > example["on"]["overshoot"]
 
 
-def test_the_seed_scenarios_balance_and_overshoot_hold_with_affinity() -> None:
+@pytest.mark.parametrize("clients", [128, 256])
+def test_the_seed_scenarios_balance_and_overshoot_hold_with_affinity(clients: int) -> None:
+    # At 256 (rho 0.8) the small site's cache holds more of its conversations, so at the
+    # same rho it answered 5.5 points more of the requests until the balance check also
+    # read each site's share of them (core/select._balanced).
     sessions = load_scenario(SCENARIOS / "prefix-sessions.yaml").sessions
     assert sessions is not None
     seed = with_sessions(load_scenario(SCENARIOS / "seed-partition.yaml"), sessions)
-    rows = three_ways(seed, 128)
+    rows = three_ways(seed, clients)
     on, off = rows["on"], rows["off"]
     assert share_gap(on, off) <= 0.01
     assert overshoot_rate(on) <= overshoot_rate(off) + 0.01
-    assert on["ttft_p99_s"] < off["ttft_p99_s"]
+    assert on["prefill_saved"] > off["prefill_saved"]
+    # Better p99 time to first token at 128; at 256 it equals off's (BENCHMARKS.md).
+    assert on["ttft_p99_s"] <= off["ttft_p99_s"]
+    if clients == 128:
+        assert on["ttft_p99_s"] < off["ttft_p99_s"]
 
 
 def test_a_kv_cache_holds_its_capacity_and_evicts_the_oldest() -> None:

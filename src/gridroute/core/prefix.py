@@ -21,7 +21,7 @@ site's longest match is the last block it is recorded for.
 
 from __future__ import annotations
 
-import zlib
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 BYTES_PER_TOKEN = 4.0
 """Bytes of English text per token (the usual rule of thumb): a block's token estimate."""
+
+
+SERVED_TAU_S = 10.0
+"""Time constant of the per-site count of recent requests served (`PrefixMap.served_share`):
+the share the balance check of `core/select._prefer` reads."""
 
 
 class PrefixOutcome(StrEnum):
@@ -80,29 +85,35 @@ class PrefixAffinitySettings(BaseModel):
     Default: 600."""
     balance_slack: float = Field(0.02, ge=0.0)
     """A match is honoured only at a site whose rho is at most the selected tier's
-    capacity-weighted mean rho plus this (gridroute's addition: the issue's balance
-    target; without it, conversations sharing a system prompt herd onto the site that
-    served it last). Default: 0.02."""
+    capacity-weighted mean rho plus this and, once that mean is 0.5 or more, whose share
+    of this gateway's recent requests is at most its capacity share plus this
+    (gridroute's addition: the issue's balance target; without it, conversations sharing
+    a system prompt herd onto the site that served it last, and a site whose cache holds
+    more of its conversations takes more of the requests). Default: 0.02."""
     load_bound: bool = True
     """Measurement only: false lets affinity pass budgets and tiers (the "pure affinity"
     policy the benchmarks compare against). Default: true."""
 
 
 def fingerprint(data: bytes, block_bytes: int = 1024, max_blocks: int = 64) -> tuple[int, ...]:
-    """Chained CRC-32 of the `block_bytes` blocks of `data` (at most `max_blocks`, the
-    last one possibly partial).
+    """Chained hashes of the `block_bytes` blocks of `data` (at most `max_blocks`, the
+    last one possibly partial): block i's value is `hash((value i-1, block i))`, so it
+    depends on every byte before it.
 
-    CRC-32 is chained by its own running value (`zlib.crc32(block, previous)`), in C, so
-    each value depends on every byte before it and 8 KiB costs a few microseconds (the
-    Python loop, one pass per block, is most of it: bench/bench_select.py). A collision
-    only sends a request to a site without its cache (a miss), never a wrong answer."""
+    Python's own hash of bytes (SipHash-1-3, in C) and of a pair: 64 bits, and 8 KiB
+    costs about 3.8 us, against 5.0-5.8 us for the chained CRC-32 this replaced
+    (`zlib.crc32(block, previous)`, bench/bench_select.py). The hash of bytes is salted
+    per process (`PYTHONHASHSEED`), so a fingerprint is comparable only within one
+    process: enough for the map, which is one per gateway worker; sharing it across
+    gateways would need a stable hash (the CRC-32 chain). A collision only sends a
+    request to a site without its cache (a miss), never a wrong answer, and the salt
+    keeps a client from crafting one against another's prompt."""
     out: list[int] = []
     add = out.append
     h = 0
     n = min(len(data), block_bytes * max_blocks)
-    crc = zlib.crc32
     for start in range(0, n, block_bytes):
-        h = crc(data[start : start + block_bytes], h)
+        h = hash((h, data[start : start + block_bytes]))
         add(h)
     return tuple(out)
 
@@ -126,7 +137,7 @@ class PrefixMap:
     forgotten after `ttl_s` unseen. One per gateway (worker); not shared across a
     site's gateways (a gateway learns only from the requests it sent)."""
 
-    __slots__ = ("_entries", "max_entries", "ttl_s")
+    __slots__ = ("_entries", "_served", "_served_at", "max_entries", "ttl_s")
 
     def __init__(self, max_entries: int = 200_000, ttl_s: float = 600.0) -> None:
         if max_entries < 1 or ttl_s <= 0:
@@ -134,6 +145,9 @@ class PrefixMap:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self._entries: OrderedDict[int, tuple[str, float]] = OrderedDict()
+        self._served: dict[str, float] = {}
+        """Requests with a fingerprint each key answered, decayed with `SERVED_TAU_S`."""
+        self._served_at = 0.0
 
     def matches(self, blocks: Sequence[int], now: float) -> dict[str, int]:
         """Per candidate key, how many leading blocks of `blocks` it served (its longest
@@ -154,12 +168,32 @@ class PrefixMap:
 
     def record(self, blocks: Sequence[int], key: str, now: float) -> None:
         """`key` served a request with these blocks now (each moves to the young end)."""
+        served = self._served
+        dt = now - self._served_at
+        if dt > 0.0:
+            decay = math.exp(-dt / SERVED_TAU_S)
+            for k in served:
+                served[k] *= decay
+            self._served_at = now
+        served[key] = served.get(key, 0.0) + 1.0
         entries = self._entries
         for b in blocks:
             entries[b] = (key, now)
             entries.move_to_end(b)
         while len(entries) > self.max_entries:
             entries.popitem(last=False)
+
+    def served_share(self, key: str, keys: Sequence[str]) -> float | None:
+        """`key`'s part of the recent requests (decayed over `SERVED_TAU_S`) that `keys`
+        answered; None before any of them answered one. The decay is the same for every
+        key, so the ratio needs none at read time."""
+        served = self._served
+        total = 0.0
+        for k in keys:
+            total += served.get(k, 0.0)
+        if total <= 0.0:
+            return None
+        return served.get(key, 0.0) / total
 
     def __len__(self) -> int:
         return len(self._entries)
