@@ -1,12 +1,15 @@
 """Who gets served past capacity: today (first come) beside fair order, in one run (issue 16).
 
     .venv/bin/python bench/bench_fairness.py [--quick] [--sim-only] [--gateways 1,4,4u]
+        [--modes today,held,fair]
 
 384 and 512 closed-loop clients on 320 slots (hub 128, west 128, east 64), 5 s service,
 shedding on, every client honouring Retry-After, 1 and 4 gateways, and 4 gateways with
 unequal demand (`4u`: 40/20/20/20 % of the clients); each client sticks to one
-gateway. `today` is gridroute with `fair_order: false` (a 429 at once when there is no
-room), `fair` the default. Printed per row: Jain's fairness index over the
+gateway. Modes: `today` is gridroute with `fair_order: false` (a 429 at once when there
+is no room); `held` is fair order with budgets that follow holdings only
+(`follow_demand: false`, the rule before issue 25); `fair` is the default (budgets
+also follow demand between gateways). Printed per row: Jain's fairness index over the
 clients' served counts (target >= 0.95), min / median / max served per client and
 max/min (target <= 2), goodput as completions over what the slots could complete in the
 measured span (target >= 0.99), request-seconds queued at the sites, and 429s.
@@ -61,11 +64,16 @@ class Row:
     shed: int
 
 
-def settings(fair: bool) -> AvailabilitySettings:
-    return AvailabilitySettings(shedding=True, fair_order=fair)
+MODES = ("today", "held", "fair")
 
 
-def sim_row(gateways: str, clients: int, fair: bool) -> Row:
+def settings(mode: str) -> AvailabilitySettings:
+    return AvailabilitySettings(
+        shedding=True, fair_order=mode != "today", follow_demand=mode == "fair"
+    )
+
+
+def sim_row(gateways: str, clients: int, mode: str) -> Row:
     sites, split = GATEWAYS[gateways]
     sc = parse_scenario(
         {
@@ -80,7 +88,7 @@ def sim_row(gateways: str, clients: int, fair: bool) -> Row:
             "gateway_sites": list(sites),
             "clients": clients,
             "policies": ["gridroute"],
-            "availability": settings(fair).model_dump(),
+            "availability": settings(mode).model_dump(),
         }
     )
     run = SimRun(sc, Policy.GRIDROUTE, clients)
@@ -90,7 +98,7 @@ def sim_row(gateways: str, clients: int, fair: bool) -> Row:
         "sim",
         gateways,
         clients,
-        "fair" if fair else "today",
+        mode,
         list(run.tally.served_by),
         row["requests"] / capacity,
         row["queue_s"],
@@ -163,20 +171,19 @@ async def _live_load(
     return served, done, shed, queue_s
 
 
-def live_row(gateways: str, clients: int, fair: bool, warmup_s: float, measure_s: float) -> Row:
+def live_row(gateways: str, clients: int, mode: str, warmup_s: float, measure_s: float) -> Row:
     sites, split = GATEWAYS[gateways]
     spec = GridSpec(
         service_s=SERVICE_S,
         gateway_sites=sites,
-        availability=settings(fair),
+        availability=settings(mode),
     )
     with LocalGrid(spec) as grid:  # started on entry
         served, done, shed, queue_s = asyncio.run(
             _live_load(grid, clients, warmup_s, measure_s, split)
         )
     capacity = SLOTS / SERVICE_S * measure_s
-    return Row("live", gateways, clients, "fair" if fair else "today", served, done / capacity,
-               queue_s, shed)  # fmt: skip
+    return Row("live", gateways, clients, mode, served, done / capacity, queue_s, shed)
 
 
 def line(r: Row) -> str:
@@ -196,7 +203,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--sim-only", action="store_true", help="skip the live grid")
     ap.add_argument("--live-clients", default=",".join(map(str, CLIENTS)))
     ap.add_argument("--gateways", default=",".join(GATEWAYS), help="e.g. 4,4u")
+    ap.add_argument("--modes", default=",".join(MODES), help="e.g. held,fair")
     args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if any(m not in MODES for m in modes):
+        ap.error(f"--modes: known {', '.join(MODES)}")
     warmup_s, measure_s = (5.0, 25.0) if args.quick else (10.0, 60.0)
     print(
         "| world | gateways | clients | mode | Jain | served min / median / max "
@@ -210,14 +221,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         ap.error(f"--gateways: unknown {unknown}, known: {', '.join(GATEWAYS)}")
     for gateways in counts:
         for clients in CLIENTS:
-            for fair in (False, True):
-                print(line(sim_row(gateways, clients, fair)), flush=True)
+            for mode in modes:
+                print(line(sim_row(gateways, clients, mode)), flush=True)
     if not args.sim_only:
         live = [int(c) for c in args.live_clients.split(",") if c]
         for gateways in counts:
             for clients in live:
-                for fair in (False, True):
-                    print(line(live_row(gateways, clients, fair, warmup_s, measure_s)), flush=True)
+                for mode in modes:
+                    print(line(live_row(gateways, clients, mode, warmup_s, measure_s)), flush=True)
     print(f"\n{time.perf_counter() - began:.0f} s wall")
 
 

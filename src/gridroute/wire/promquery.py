@@ -22,9 +22,11 @@ the silence judgement instead of silencing every site.
 With `gateway_selector` set, a third query reads every gateway's own in-flight per
 candidate, the `grid_route_site_in_flight{site,cluster}` gauge each gateway already
 exports on its metrics listener (one series per gateway and candidate, told apart by
-the scrape's `job`/`instance`):
+the scrape's `job`/`instance`), and its demand there (`grid_route_site_demand`,
+`grid_route_site_unmet`, `core/demand.py`):
 
-    grid_route_site_in_flight{job="gridroute-gateway"}
+    {__name__=~"grid_route_site_in_flight|grid_route_site_demand|grid_route_site_unmet",
+     job="gridroute-gateway"}
 
 `decode_gateway_load` sums it per candidate and counts the gateways, the same sums an
 operator relays on the mesh (docs/selection.md, "Fair share among gateways"), so the
