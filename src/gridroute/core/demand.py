@@ -26,19 +26,20 @@ exactly what it holds there, which is what the rule before this one gave it; an 
 body decodes with no demand at all, and nothing changes until some gateway reports
 unmet demand for a model the site serves.
 
-The budget (`follow`), at a site where some gateway's demand is unmet:
+The budget (`settle`), at the sites where some gateway's demand is unmet:
 
     room    = min(what gateways hold there + free, room ceiling)
     target  = room * my demand / every gateway's demand there        (>= 1 request)
-    budget <= target + margin        a gateway past its demand yields what it frees
-    budget >= min(target, held + free)   one below it may take free room up to it
 
-Demand is compared per site among the gateways that route to it for the models it
-serves, so unmet demand for one model never shrinks budgets at a site serving only
-another (the reverted attempt's single grid-wide number did, and that room went
-idle). Room that stays idle past a sample is never held back by the cap (`idle`): a
-gateway whose demand was over-reported (a stale or lying peer) cannot leave a site's
-room unused for longer than a sample; a peer's report ages out with its in-flight.
+Within the noise of a sample (summed over those sites) a gateway keeps the fair share's
+budget. Past its summed target it stops refilling at the sites where it holds past its
+target there; short of it, it takes free room up to its target once that room has
+outlasted a sample (its owner did not refill it). Demand is compared per site among the
+gateways that route to it for the models it serves, so unmet demand for one model never
+shrinks budgets at a site serving only another (a single grid-wide number did, and that
+room went idle). Room nobody took for `LIFT_AFTER` samples is refilled by anyone: a
+stale or lying peer's demand cannot keep a site's room unused; a peer's report ages out
+with its in-flight.
 """
 
 from __future__ import annotations
