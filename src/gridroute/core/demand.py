@@ -214,7 +214,8 @@ def _margin(target: float) -> float:
 
 
 def settle(sites: Sequence[tuple[int, Following]]) -> list[tuple[int, float, int]]:
-    """(index, budget, idle) of every contended site, following demand.
+    """(index, budget, idle) of every contended site, following demand (the target is
+    `Following.target`).
 
     The budget is the fair share's (`base`) unless this gateway holds past, or short
     of, its target over all the contended sites together by more than the noise of a

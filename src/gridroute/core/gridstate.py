@@ -309,8 +309,10 @@ class GridState:
             if outside > 0.0 and view.loaded:
                 view = replace(view, external=outside)
             views.append(view)
+        targets = {index: f.target for index, f in following}
         for index, budget, idle in settle(following):
-            views[index] = replace(views[index], budget=self._whole(budget, idle))
+            whole = self._whole(budget, idle)
+            views[index] = replace(views[index], budget=whole, target=targets[index])
         snap_views = tuple(views)
         self._latch(snap_views, now)
         snapshot = Snapshot(now, s, snap_views, frozenset(self._shed), spread=self._spread)

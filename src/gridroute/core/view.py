@@ -47,6 +47,9 @@ class SiteView:
     its share of the ceiling when the site was over-full) plus its share of the free room."""
     share: float = 1.0
     """This gateway's share of all in-flight it polled (at least `fair_share_floor`)."""
+    target: float | None = None
+    """Where some gateway's demand for what the site serves is unmet: this gateway's
+    demand share of the site's room, which its budget follows (`core/demand.py`)."""
     spare: float = 0.0
     """One more share of the site's free room at the sample: how far past its budget this
     gateway may borrow while shedding is on."""
