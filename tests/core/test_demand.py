@@ -16,19 +16,18 @@ from gridroute.core.demand import (
     DemandReport,
     Following,
     SiteDemand,
+    received,
     report,
     settle,
 )
-from gridroute.core.flow import Attempt, Refuse, request_flow
+from gridroute.core.flow import Refuse, request_flow
 from gridroute.core.gateway_load import GatewayLoad, combine
 from gridroute.core.gridstate import GridState
 from gridroute.core.select import Outcome
 from gridroute.gateway.load_report import LoadReport
 from gridroute.wire.signals import Decoded, GatewaySums
 
-from .flow_driver import FakeGrid
 from .test_fairness import full_grid
-from .test_overlay_request import NEW, _grid, _overlay
 
 FOLLOW = AvailabilitySettings(shedding=True, follow_demand=True)
 X, Y = Candidate("a", "p", frozenset({"x"})), Candidate("b", "p", frozenset({"y"}))
@@ -90,7 +89,7 @@ def test_unmet_demand_for_one_model_leaves_budgets_at_a_site_serving_only_anothe
     assert load.site_demand("a/p", 30) is None  # a is not contended: nobody waits for x
     followed = _budget(_state(X, Y), own, load, "a/p", 90.0)
     held = _budget(
-        _state(X, Y, settings=AvailabilitySettings(shedding=True)),
+        _state(X, Y, settings=AvailabilitySettings(shedding=True, follow_demand=False)),
         own,
         combine({"here": (2, {"a/p": 30.0 + others["a/p"]})}, dict(own.counts)),
         "a/p",
@@ -116,23 +115,8 @@ def test_a_gateway_without_fair_order_reports_its_refused_clients() -> None:
 
 
 # -- fault 3: overlay-routed models read as no demand ---------------------------------------------
-
-
-def test_overlay_routed_requests_count_as_demand() -> None:
-    """A request the routing overlay decides keeps no fair order either; its in-flight and
-    its refusals are its gateway's demand all the same."""
-    fg: FakeGrid = _grid("ab", shedding=True, follow_demand=True)
-    flow = request_flow(fg, "m", Policy.GRIDROUTE, overlay=_overlay((NEW, "ab")), client="k")
-    step = next(flow)
-    assert isinstance(step, Attempt)
-    fg.own.start(step.view.key, fg.now, "m")  # as the gateway's driver does
-    cands = [Candidate(s, "p", frozenset({"m"})) for s in "ab"]
-    got = report(cands, dict(fg.own.counts), fg.own.models, fg.fairness.demand, fg.now)
-    other = "b/p" if step.view.key == "a/p" else "a/p"
-    assert got.beyond == {other: 1}  # wanted at the site it does not hold it at
-    fg.fairness.demand.refused("m", fg.now, 5.0)  # an overlay 429 comes back too
-    got = report(cands, dict(fg.own.counts), fg.own.models, fg.fairness.demand, fg.now)
-    assert got.unmet == {"a/p": 1, "b/p": 1}
+# Through the gateway, where the model is known: tests/gateway/test_overlay_gateway.py,
+# `test_an_overlay_routed_request_counts_as_its_models_demand`.
 
 
 # -- fault 4: the Prometheus path lacked the gateway's own figure --------------------------------
@@ -169,6 +153,37 @@ def test_a_prometheus_reader_adds_its_own_demand_to_what_prometheus_scraped() ->
 # -- fault 5: room idle when only one gateway wants it ------------------------------------------
 
 
+def test_a_site_no_other_gateway_routes_to_is_all_this_ones() -> None:
+    """Demand is compared per site among the gateways that route there: another
+    gateway wanting only b takes nothing of a, so this gateway's target at a is all of
+    a's room (an earlier attempt yielded a share of a to it, and that room went idle)."""
+    own = OwnLoad()
+    for _ in range(40):
+        own.start("a/p", 0.1, "m")
+    meter = DemandMeter()
+    for _ in range(10):
+        meter.hold("m")
+    cands = (Candidate("a", "p", frozenset({"m"})), Candidate("b", "p", frozenset({"m"})))
+    mine = report(cands, dict(own.counts), own.models, meter, 1.0)
+    other = ({"b/p": 50.0}, {"b/p": 30.0}, {"b/p": 30.0})  # holds, beyond, unmet: all at b
+    sums = {
+        "here": (
+            2,
+            {"a/p": 40.0, **other[0]},
+            {**dict(mine.beyond), "b/p": mine.beyond["b/p"] + other[1]["b/p"]},
+            {**dict(mine.unmet), "b/p": mine.unmet["b/p"] + other[2]["b/p"]},
+        )
+    }
+    load = combine(sums, dict(own.counts), mine)
+    state = _state(*cands)
+    samples = [_full(s, r, 1.0) for s, r in (("a", 40.0), ("b", 100.0))]
+    snap = state.refresh(samples, {"a": 1.0, "b": 1.0}, 1.0, {}, own, load)
+    a, b = snap.view("a/p"), snap.view("b/p")
+    assert a is not None and b is not None
+    assert a.target == pytest.approx(100.0)  # a's whole room
+    assert b.target is not None and b.target < 100.0  # b is shared with the other
+
+
 def test_a_site_only_one_gateway_wants_is_not_left_idle() -> None:
     """Yielding a share of a site to gateways that do not route there (the attempt's
     first fix) left its room unused; demand is compared only among those that do, so
@@ -197,8 +212,8 @@ def test_equal_holdings_within_the_noise_of_a_sample_move_nothing() -> None:
     """Holdings a little past or short of the target keep the fair share's budget: each
     move idles a slot for a sample, and noise would move slots back and forth."""
     sites = [
-        (0, Following(base=41.0, held=40.0, free=2.0, room=128.0, share=0.3, idle=1)),
-        (1, Following(base=25.0, held=24.0, free=2.0, room=64.0, share=0.3, idle=1)),
+        (0, Following(base=41.0, held=40.0, free=2.0, room=128.0, share=0.31, idle=1)),
+        (1, Following(base=25.0, held=24.0, free=2.0, room=64.0, share=0.31, idle=1)),
     ]
     assert [b for _, b, _ in settle(sites)] == [41.0, 25.0]
 
@@ -224,3 +239,56 @@ def test_without_follow_demand_nothing_is_reported_or_followed() -> None:
     assert set(headers) == {"x-grid-gateway", "x-grid-in-flight"} and rep.demand is None
     on = LoadReport(lambda: cast(Any, _current(True)), "gw-me", "hub").headers()
     assert on["x-grid-demand"] == "a/p=4" and on["x-grid-unmet"] == "a/p=4"
+
+
+def test_a_report_is_clamped_and_a_report_without_demand_demands_its_in_flight() -> None:
+    counts = {"a/p": 3, "b/p": 1}
+    assert received(counts, None) == DemandReport({"a/p": 1, "b/p": 3}, {})
+    lie = DemandReport({"a/p": 10**6}, {"a/p": 2})
+    assert received(counts, lie).beyond == {"a/p": 4 + 2}  # all in flight + unmet there
+
+
+def test_a_site_whose_room_nobody_wanted_is_not_capped_for_a_while() -> None:
+    over = dict(base=62.0, held=60.0, free=20.0, room=80.0, share=0.01, idle=0)
+    ((_, capped, _),) = settle([(0, Following(**over))])  # type: ignore[arg-type]
+    ((_, kept, _),) = settle([(0, Following(**over, lifted=True))])  # type: ignore[arg-type]
+    assert capped < 60.0 and kept == 62.0
+
+
+def test_demand_older_than_a_freshness_window_is_not_followed() -> None:
+    own = OwnLoad()
+    for _ in range(30):
+        own.start("a/p", 0.1, "x")
+    meter = DemandMeter()
+    for _ in range(5):
+        meter.hold("x")
+    mine = report([X], dict(own.counts), own.models, meter, 1.0)
+    load = combine(
+        {"here": (2, {"a/p": 90.0}, {"a/p": 40.0}, {"a/p": 25.0})}, dict(own.counts), mine
+    )
+    state = _state(X)
+    first = state.refresh([_full("a", 90.0, 1.0)], {"a": 1.0}, 1.0, {}, own, load)
+    assert first.view("a/p").target is not None  # type: ignore[union-attr]
+    later = state.refresh([_full("a", 90.0, 20.0)], {"a": 20.0}, 20.0, {}, own, None)
+    assert later.view("a/p").target is None  # type: ignore[union-attr]
+
+
+def test_a_key_that_comes_back_is_no_longer_away() -> None:
+    meter = DemandMeter()
+    meter.refused("m", 0.0, 7.0, "k1")
+    meter.refused("m", 0.0, 7.0, "k2")
+    meter.refused("m", 0.0, 7.0)  # no key: away until its Retry-After runs out
+    assert meter.away("m", 1.0) == 3
+    meter.arrived("m", "k1")  # back after half its Retry-After
+    assert meter.away("m", 4.0) == 2
+    assert meter.away("m", 7.0) == 0
+
+
+def test_an_operator_that_relays_no_demand_turns_following_off() -> None:
+    """An older operator takes the in-flight header and drops the demand headers: this
+    gateway's own demand would then read as the site's whole demand."""
+    rep = LoadReport(lambda: cast(Any, _current(True)), "gw-me", "hub")
+    rep.headers()  # sends demand
+    old = GatewaySums(1.0, 2, {"a/p": 11.0})  # no demand rows come back
+    load = rep.load(Decoded(received=(), round_ends={}, gateways={"hub": old}), 1.0)
+    assert load is not None and load.mine is None and load.site_demand("a/p", 1) is None

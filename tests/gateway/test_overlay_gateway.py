@@ -3,6 +3,7 @@ reloads that keep the last good overlay, drains, retry in the group, fall-throug
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.gateway.harness import MODEL, Grid, fake, run, running_grid
+from gridroute.core.demand import DemandMeter, report
+from tests.gateway.harness import MODEL, Grid, eventually, fake, run, running_grid
 
 pytestmark = pytest.mark.usefixtures("each_listener")  # both API listeners
 
@@ -399,5 +401,29 @@ def test_a_dead_group_member_is_ejected_by_the_one_flow_and_then_skipped(tmp_pat
             assert retries == 5
             r = await _post(g)  # ejected: b is the group's first viable member now
             assert (r.headers["x-grid-provider"], r.headers["x-grid-step"]) == ("b/b", "first")
+
+    run(scenario)
+
+
+def test_an_overlay_routed_request_counts_as_its_models_demand(tmp_path: Path) -> None:
+    """Issue 25's third fault: overlay-routed requests keep no fair order, and an earlier
+    attempt read them as no demand. The gateway counts them per model while in flight
+    (`OwnLoad.models`), which its demand report reads (`core/demand.py`)."""
+    f = tmp_path / "overlay.json"
+    f.write_text(_overlay([["a", "b"]], picker="deterministic"))
+
+    async def scenario() -> None:
+        sites = {n: fake(n, service_s=1.0) for n in "ab"}
+        async with running_grid(sites, overlay=_overlay_cfg(f)) as g:
+            own = g.gw.current.own
+            task = asyncio.ensure_future(_post(g))
+            await eventually(lambda: own.models.get(MODEL) == 1)
+            key = next(k for k, n in own.counts.items() if n)
+            cands = g.gw.current.state.candidates
+            got = report(cands, dict(own.counts), own.models, DemandMeter(), 0.0)
+            other = next(c.key for c in cands if c.key != key)
+            assert got.beyond == {other: 1}  # wanted at the site it does not hold it at
+            assert (await task).status_code == 200
+            assert own.models == {}
 
     run(scenario)

@@ -8,10 +8,14 @@ def test_reports_are_summed_per_candidate_and_expire_after_the_window() -> None:
     r = GatewayReports("hub", window_s=5.0)
     r.record("gw-1", {"hub/p": 3, "west/p": 1}, 10.0)
     r.record("gw-2", {"hub/p": 2}, 12.0)
-    assert r.own(13.0) == GatewaySums(13.0, 2, {"hub/p": 5.0, "west/p": 1.0})
+    # Neither reports demand: each demands its whole in-flight where it holds any
+    # (gw-1: 4 in all, so 1 beyond its 3 at hub and 3 beyond its 1 at west).
+    assert r.own(13.0) == GatewaySums(
+        13.0, 2, {"hub/p": 5.0, "west/p": 1.0}, {"hub/p": 1.0, "west/p": 3.0}
+    )
     r.record("gw-1", {"west/p": 4}, 13.0)  # a newer report replaces the older one
     assert r.own(13.5).in_flight == {"hub/p": 2.0, "west/p": 4.0}
-    assert r.own(17.5) == GatewaySums(17.5, 1, {"west/p": 4.0})
+    assert r.own(17.5) == GatewaySums(17.5, 1, {"west/p": 4.0})  # nothing held elsewhere
     assert r.own(30.0).gateways == 0
 
 

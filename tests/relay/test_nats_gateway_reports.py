@@ -36,7 +36,10 @@ def test_reports_are_summed_per_reporting_site_and_age_out_after_the_window() ->
     assert board.ingest(f"{PREFIX}.west.gw-2", b"west/pool=2", now=101.0)
     assert board.ingest(f"{PREFIX}.east.gw-3", b"", now=102.0)  # reporting, nothing in flight
     assert board.sums(102.0) == {
-        "west": GatewaySums(101.0, 2, {"west/pool": 5.0, "east/pool": 1.0}),
+        # No demand in the messages: each gateway demands its whole in-flight.
+        "west": GatewaySums(
+            101.0, 2, {"west/pool": 5.0, "east/pool": 1.0}, {"west/pool": 1.0, "east/pool": 3.0}
+        ),
         "east": GatewaySums(102.0, 1, {}),
     }
     # A newer report replaces the gateway's last one; it is never added to it.

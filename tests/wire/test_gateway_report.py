@@ -11,6 +11,7 @@ from gridroute.wire.gateway_report import (
     render_in_flight,
     valid_gateway_id,
 )
+from gridroute.wire.promquery import decode_gateway_load
 from gridroute.wire.signals import (
     GATEWAY_MAX_TARGETS,
     DropReason,
@@ -89,8 +90,9 @@ def test_a_gateway_row_without_its_target_labels_is_refused() -> None:
 
 def test_demand_rides_beside_the_in_flight_and_an_old_body_decodes_without_it() -> None:
     """The demand rows (`core/demand.py`) round-trip; a body without them (an older
-    operator's) decodes as before, with no demand; an older reader skips the rows as a
-    newer operator's series (`decode_relay` ignores unknown names)."""
+    operator's) decodes as before, with no demand. An older reader skips them as it
+    skips any newer operator's series: shown here with a series this reader does not
+    know, which `decode_relay` ignores without counting a drop."""
     sums = {"west": GatewaySums(100.0, 2, {"hub/p": 12.0}, {"hub/p": 7.0}, {"hub/p": 5.0})}
     enc = encode_relay([], {}, local_site="west", gateways=sums)
     body = enc.body.decode()
@@ -100,6 +102,9 @@ def test_demand_rides_beside_the_in_flight_and_an_old_body_decodes_without_it() 
     old = "\n".join(ln for ln in body.splitlines() if "demand" not in ln and "unmet" not in ln)
     dec = decode_relay(old.encode() + b"\n", date=100.0, offset=0.0)
     assert dec.gateways["west"] == GatewaySums(100.0, 2, {"hub/p": 12.0})
+    newer = body.replace("grid_gateway_demand{", "grid_gateway_future{")
+    dec = decode_relay(newer.encode(), date=100.0, offset=0.0)
+    assert dec.dropped == {} and dec.gateways["west"].demand == {}
 
 
 def test_demand_headers_round_trip_and_a_malformed_one_loses_only_the_demand() -> None:
@@ -121,3 +126,32 @@ def test_a_nats_report_carries_its_demand_in_message_headers() -> None:
     (sums,) = board.sums(1.0).values()
     assert sums.gateways == 2 and sums.in_flight == {"hub/p": 3.0}
     assert sums.demand == {"hub/p": 4.0} and sums.unmet == {"hub/p": 4.0}
+
+
+def test_prometheus_gauges_are_summed_per_gateway_and_an_older_one_demands_its_in_flight() -> None:
+    """The third query's answer: two scraped gateways, the first exporting its demand
+    gauges, the second (older, or not following demand) only its in-flight."""
+
+    def row(name: str, instance: str, site: str, value: str) -> dict[str, object]:
+        labels = {"__name__": name, "job": "gw", "instance": instance}
+        return {"metric": {**labels, "site": site, "cluster": "p"}, "value": [1.0, value]}
+
+    answer = {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                row("grid_route_site_in_flight", "new:9100", "hub", "3"),
+                row("grid_route_site_demand", "new:9100", "hub", "5"),
+                row("grid_route_site_unmet", "new:9100", "hub", "4"),
+                row("grid_route_site_in_flight", "old:9100", "hub", "2"),
+                row("grid_route_site_in_flight", "old:9100", "west", "1"),
+                row("grid_route_site_ceiling", "old:9100", "west", "9"),  # not ours
+            ],
+        },
+    }
+    (sums,) = decode_gateway_load(answer, "hub", 1.0, max_series=100).values()
+    assert sums.gateways == 2
+    assert sums.in_flight == {"hub/p": 5.0, "west/p": 1.0}
+    assert sums.demand == {"hub/p": 5.0 + 1.0, "west/p": 2.0}  # old: 3 in all, less held
+    assert sums.unmet == {"hub/p": 4.0}

@@ -263,6 +263,8 @@ def request_flow(
     now = clock()
     snap = grid.snapshot
     who = client or ""
+    if who:
+        grid.fairness.demand.arrived(model, who)
     fair = None
     if client and fair_order_on(snap.settings, policy, overlay is not None):
         fair = grid.fairness
@@ -308,7 +310,7 @@ def request_flow(
     if d.outcome is Outcome.SHED:
         # A refused client comes back after its Retry-After: demand until then.
         away = d.retry_after_s if d.retry_after_s is not None else snap.settings.retry_after_max_s
-        grid.fairness.demand.refused(model, now, away)
+        grid.fairness.demand.refused(model, now, away, who)
     tried = NO_KEYS
     after: tuple[str, str] | None = None
     number = 0

@@ -15,7 +15,7 @@ from random import Random
 from gridroute.core import ceiling as ceil
 from gridroute.core.accounting import OwnLoad
 from gridroute.core.candidate import Candidate, Health
-from gridroute.core.demand import Following, settle
+from gridroute.core.demand import LIFT_AFTER, LIFT_HOLD_S, Following, settle
 from gridroute.core.gateway_load import ExternalEstimate, GatewayLoad
 from gridroute.core.liveness import Live, Liveness, first_seen, step
 from gridroute.core.sample import Sample
@@ -37,11 +37,13 @@ class _Tracked:
     """Newest sample that carried load. Liveness is judged on it, so readiness-only
     samples (a failed scrape) keep a site neither idle nor live past the window."""
     room_since: float | None = None
+    """First of the consecutive samples (up to the newest) that showed a whole free slot."""
     room_last: float | None = None
     """The newest of those samples."""
     room_outlasted: int = 0
     """How many samples after the first of them still showed the free slot."""
-    """First of the consecutive samples (up to the newest) that showed a whole free slot."""
+    lifted_until: float | None = None
+    """Until then demand claimed for this site is not followed (`demand.LIFT_HOLD_S`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +176,9 @@ class GridState:
         self._alone_since: float | None = None
         self.external = 0.0
         """Polled in-flight that no gateway reported (smoothed), as of the last refresh."""
+        self._gateways_at = 0.0
+        """When `_gateways` was last given: demand older than a freshness window is not
+        followed (a read that relays no sums keeps the in-flight, not the demand)."""
         self._external_at: dict[str, float] = {}
         """`external` split over the candidates, as of the last refresh with reports."""
 
@@ -223,6 +228,7 @@ class GridState:
         """
         if gateways is not None:
             self._gateways = gateways
+            self._gateways_at = now
         elif self._gateways is None:
             self.external = 0.0
         s = self.settings
@@ -417,7 +423,7 @@ class GridState:
             idle = self._idle(tr, free, over, loaded_at)
             known = self._gateways
             demand = None
-            if known is not None and s.follow_demand:
+            if known is not None and s.follow_demand and now - self._gateways_at <= window_s:
                 demand = known.site_demand(cand.key, own_s)
             if known is not None and demand is not None:
                 # Past capacity the budget follows demand (core/demand.py): settled in
@@ -425,7 +431,10 @@ class GridState:
                 reported = max(known.in_flight.get(cand.key, 0.0), float(own_s))
                 room = min(reported + free, room_ceiling)
                 part = demand.share
-                following.append((index, Following(budget, held, free, room, part, idle)))
+                if idle >= LIFT_AFTER:
+                    tr.lifted_until = now + LIFT_HOLD_S
+                lifted = tr.lifted_until is not None and now < tr.lifted_until
+                following.append((index, Following(budget, held, free, room, part, idle, lifted)))
             else:
                 budget = self._whole(budget, idle)
         return SiteView(

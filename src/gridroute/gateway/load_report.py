@@ -57,6 +57,10 @@ class LoadReport:
         self.sent: dict[str, int] = {}
         self.demand: DemandReport | None = None
         """This worker's demand as last reported (None: it does not follow demand)."""
+        self.speaks = True
+        """Its own report reaches the sums by a call of `take` (the mesh's poll headers,
+        the NATS publish); False on Prometheus, where `load` takes it itself, so that
+        what this gateway counts as its own is as fresh as on the other transports."""
         self.unscraped = False
         """A Prometheus reader with no metrics listener: no scrape carries its own
         count, so `load` adds it to the sums itself (else a lone other gateway would
@@ -90,9 +94,11 @@ class LoadReport:
         local = sums.get(self.local_site) if self.local_site is not None else None
         if local is None or local.gateways < 1:
             return None
+        if not self.speaks or self.unscraped:
+            self.take()
         if self.unscraped and self.local_site is not None:
             mine = dict(local.in_flight)
-            add_into(mine, self.take())
+            add_into(mine, self.sent)
             beyond, unmet = dict(local.demand), dict(local.unmet)
             if self.demand is not None:
                 add_into(beyond, self.demand.beyond)
@@ -112,4 +118,13 @@ class LoadReport:
             for site, s in sums.items()
             if now - s.at <= self.window_s
         }
-        return combine(sites, self.sent, self.demand)
+        demand = self.demand
+        if demand is not None and (demand.beyond or demand.unmet):
+            relayed = sums.get(self.local_site) if self.local_site is not None else None
+            if relayed is not None and not relayed.demand and not relayed.unmet:
+                # This gateway reported demand, and what came back of its own site has
+                # none: the operator (an older one) does not relay demand, so neither
+                # does anyone's reach this gateway. Its own alone would read as the
+                # site's whole demand; follow nobody's.
+                demand = None
+        return combine(sites, self.sent, demand)

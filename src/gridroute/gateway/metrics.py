@@ -189,12 +189,12 @@ class GridCollector(Collector):
                 (
                     "demand",
                     "This gateway's demand for what the site serves beyond what it holds "
-                    "there (with follow_demand; 0 without): what budgets follow.",
+                    "there (with follow_demand, where it has any): what budgets follow.",
                 ),
                 (
                     "unmet",
                     "This gateway's waiting and refused requests for what the site serves "
-                    "(with follow_demand; 0 without).",
+                    "(with follow_demand, where it has any).",
                 ),
                 ("up", "Backend health probe verdict: 1 up, 0 down, NaN not yet probed."),
                 (
@@ -223,14 +223,20 @@ class GridCollector(Collector):
             fams["rho"].add_metric(lv, _num(r.rho))
             fams["weight"].add_metric(lv, _num(r.weight))
             fams["in_flight"].add_metric(lv, float(r.own))
-            fams["demand"].add_metric(lv, float(demand.beyond.get(v.key, 0)))
-            fams["unmet"].add_metric(lv, float(demand.unmet.get(v.key, 0)))
+            # Only rows with demand: three series per gateway and candidate would triple
+            # what a Prometheus reader's gateway query returns (its `max_series`). A
+            # row that drops out of the scrape goes stale, which reads as none.
+            if demand.beyond.get(v.key):
+                fams["demand"].add_metric(lv, float(demand.beyond[v.key]))
+            if demand.unmet.get(v.key):
+                fams["unmet"].add_metric(lv, float(demand.unmet[v.key]))
             fams["up"].add_metric(lv, _UP.get(v.health, NAN))
             silent = None if v.sampled_at is None else snap.at - v.sampled_at
             fams["silent_seconds"].add_metric(lv, _num(silent))
         for site, cluster in self._seen - now_seen:
-            for fam in fams.values():
-                fam.add_metric([site, cluster], NAN)
+            for name, fam in fams.items():
+                if name not in ("demand", "unmet"):
+                    fam.add_metric([site, cluster], NAN)
         self._seen |= now_seen
         yield from fams.values()
         shed = GaugeMetricFamily(

@@ -204,6 +204,7 @@ class Gateway:
             interval_s = prom.poll_interval_s
             if local is not None:  # every gateway's own in-flight, as Prometheus scraped it
                 report = self._load_report()
+                report.speaks = False  # its figures reach the others as scraped gauges
                 report.unscraped = self.cfg.metrics.listen is None
         elif op is not None:
             source = self._source_factory(op, self.poll_metrics)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gridroute.core.demand import DemandReport
+from gridroute.core.demand import DemandReport, received
 from gridroute.core.gateway_load import add_into
 from gridroute.wire.signals import GatewaySums
 
@@ -25,7 +25,7 @@ class GatewayReports:
     def __init__(self, site: str, window_s: float = 5.0) -> None:
         self.site = site
         self.window_s = window_s
-        self._reports: dict[str, tuple[float, dict[str, int], DemandReport | None]] = {}
+        self._reports: dict[str, tuple[float, dict[str, int], DemandReport]] = {}
         self._peers: dict[str, GatewaySums] = {}
 
     def record(
@@ -37,7 +37,7 @@ class GatewayReports:
     ) -> None:
         """The newest report of `gateway` (a gateway worker's id): its in-flight per
         candidate and, when it follows demand, its demand (`core/demand.py`)."""
-        self._reports[gateway] = (now, dict(counts), demand)
+        self._reports[gateway] = (now, dict(counts), received(counts, demand))
         if len(self._reports) > MAX_GATEWAYS:
             stalest = min(self._reports, key=lambda g: self._reports[g][0])
             del self._reports[stalest]
@@ -59,9 +59,8 @@ class GatewayReports:
         unmet: dict[str, float] = {}
         for _, counts, demand in self._reports.values():
             add_into(total, counts)
-            if demand is not None:
-                add_into(beyond, demand.beyond)
-                add_into(unmet, demand.unmet)
+            add_into(beyond, demand.beyond)
+            add_into(unmet, demand.unmet)
         return GatewaySums(now, len(self._reports), total, beyond, unmet)
 
     def rows(self, now: float, *, own_only: bool = False) -> dict[str, GatewaySums]:

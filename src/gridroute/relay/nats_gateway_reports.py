@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from gridroute.core.demand import DemandReport
+from gridroute.core.demand import DemandReport, received
 from gridroute.core.gateway_load import add_into
 from gridroute.wire.gateway_report import (
     DEMAND_HEADER,
@@ -41,7 +41,7 @@ MAX_REPORTS = 4096
 class _Report:
     at: float
     counts: Mapping[str, int]
-    demand: DemandReport | None = None
+    demand: DemandReport = field(default_factory=DemandReport)
 
 
 class GatewayReportBoard:
@@ -97,7 +97,7 @@ class GatewayReportBoard:
             if len(self._reports) >= MAX_REPORTS:
                 self.dropped["cap"] += 1
                 return False
-        self._reports[key] = _Report(now, dict(counts), demand)
+        self._reports[key] = _Report(now, dict(counts), received(counts, demand))
         return True
 
     def _age(self, now: float) -> None:
@@ -116,9 +116,8 @@ class GatewayReportBoard:
             at[site] = max(at.get(site, report.at), report.at)
             count[site] = count.get(site, 0) + 1
             add_into(total, report.counts)
-            if report.demand is not None:
-                add_into(beyond, report.demand.beyond)
-                add_into(unmet, report.demand.unmet)
+            add_into(beyond, report.demand.beyond)
+            add_into(unmet, report.demand.unmet)
         return {site: GatewaySums(at[site], count[site], *parts) for site, parts in sums.items()}
 
     def take_dropped(self) -> dict[str, int]:

@@ -14,7 +14,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from random import Random
 
-from gridroute.core.demand import DemandReport
+from gridroute.core.demand import DemandReport, received
 from gridroute.core.flow import Feed, Step
 from gridroute.core.gateway_load import add_into
 from gridroute.core.sample import Sample
@@ -344,7 +344,7 @@ class SimOperator:
     ) -> None:
         """A local gateway's own in-flight per candidate (and its demand), sent with its
         poll."""
-        self.gateway_reports[gateway] = (at, dict(counts), demand or DemandReport())
+        self.gateway_reports[gateway] = (at, dict(counts), received(counts, demand))
 
     def own_gateway_sums(self, at: float) -> GatewaySums:
         """This site's gateways' reports within the window, summed per candidate."""

@@ -50,6 +50,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gridroute.core.demand import DemandReport, received
+from gridroute.core.gateway_load import add_into
 from gridroute.core.sample import MAX_COUNT
 from gridroute.wire.signals import (
     FIELDS,
@@ -133,11 +135,10 @@ def decode_gateway_load(
     result = _data(answer, "vector")
     if len(result) > max_series:
         raise PromTooLarge(f"{len(result)} series over the limit of {max_series}")
-    gateways: set[tuple[str, ...]] = set()
-    total: dict[str, float] = {}
-    beyond: dict[str, float] = {}
-    unmet: dict[str, float] = {}
-    into = {GATEWAY_IN_FLIGHT: total, GATEWAY_DEMAND: beyond, GATEWAY_UNMET: unmet}
+    # Per scraped gateway (`job`/`instance`): its in-flight, demand beyond it and unmet
+    # demand per candidate; summed once each is whole (`core.demand.received`).
+    series: dict[tuple[str, ...], tuple[dict[str, int], dict[str, int], dict[str, int]]] = {}
+    names = (GATEWAY_IN_FLIGHT, GATEWAY_DEMAND, GATEWAY_UNMET)
     for row in result:
         metric = row.get("metric") if isinstance(row, dict) else None
         value = row.get("value") if isinstance(row, dict) else None
@@ -149,16 +150,27 @@ def decode_gateway_load(
             continue  # NaN: a row the gateway no longer has
         if not NAME_RE.fullmatch(site) or not NAME_RE.fullmatch(cluster) or count < 0:
             continue
-        sums = into.get(str(metric.get("__name__", GATEWAY_IN_FLIGHT)))
-        if sums is None:
+        name = str(metric.get("__name__", GATEWAY_IN_FLIGHT))
+        if name not in names:
             continue
-        if sums is total:  # a gateway counts by its in-flight series
-            gateways.add(tuple(str(metric.get(k, "")) for k in GATEWAY_KEY_LABELS))
-        key = f"{site}/{cluster}"
-        sums[key] = sums.get(key, 0.0) + min(count, float(MAX_COUNT))
+        ident = tuple(str(metric.get(k, "")) for k in GATEWAY_KEY_LABELS)
+        parts = series.setdefault(ident, ({}, {}, {}))
+        parts[names.index(name)][f"{site}/{cluster}"] = int(min(count, float(MAX_COUNT)))
+    total: dict[str, float] = {}
+    beyond: dict[str, float] = {}
+    unmet: dict[str, float] = {}
+    gateways = 0
+    for counts, extra, short in series.values():
+        if not counts and not extra and not short:
+            continue
+        gateways += 1  # a gateway counts by any of its series (an idle one has no rows)
+        demand = received(counts, DemandReport(extra, short) if extra or short else None)
+        add_into(total, counts)
+        add_into(beyond, demand.beyond)
+        add_into(unmet, demand.unmet)
     if not gateways:
         return {}
-    return {local_site: GatewaySums(now, len(gateways), total, beyond, unmet)}
+    return {local_site: GatewaySums(now, gateways, total, beyond, unmet)}
 
 
 def _data(answer: Any, kind: str) -> list[Any]:
