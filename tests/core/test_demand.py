@@ -49,6 +49,17 @@ def _budget(state: GridState, own: OwnLoad, load: GatewayLoad, key: str, running
     return view.budget
 
 
+def _busy(key: str, model: str, held: int, waiting: int) -> tuple[OwnLoad, DemandMeter]:
+    """This gateway holding `held` requests of `model` at `key`, with `waiting` more."""
+    own = OwnLoad()
+    for _ in range(held):
+        own.start(key, 0.1, model)
+    meter = DemandMeter()
+    for _ in range(waiting):
+        meter.hold(model)
+    return own, meter
+
+
 # -- what a gateway measures and reports -------------------------------------------------
 
 
@@ -157,12 +168,7 @@ def test_a_site_no_other_gateway_routes_to_is_all_this_ones() -> None:
     """Demand is compared per site among the gateways that route there: another
     gateway wanting only b takes nothing of a, so this gateway's target at a is all of
     a's room (an earlier attempt yielded a share of a to it, and that room went idle)."""
-    own = OwnLoad()
-    for _ in range(40):
-        own.start("a/p", 0.1, "m")
-    meter = DemandMeter()
-    for _ in range(10):
-        meter.hold("m")
+    own, meter = _busy("a/p", "m", 40, 10)
     cands = (Candidate("a", "p", frozenset({"m"})), Candidate("b", "p", frozenset({"m"})))
     mine = report(cands, dict(own.counts), own.models, meter, 1.0)
     other = ({"b/p": 50.0}, {"b/p": 30.0}, {"b/p": 30.0})  # holds, beyond, unmet: all at b
@@ -256,12 +262,7 @@ def test_a_site_whose_room_nobody_wanted_is_not_capped_for_a_while() -> None:
 
 
 def test_demand_older_than_a_freshness_window_is_not_followed() -> None:
-    own = OwnLoad()
-    for _ in range(30):
-        own.start("a/p", 0.1, "x")
-    meter = DemandMeter()
-    for _ in range(5):
-        meter.hold("x")
+    own, meter = _busy("a/p", "x", 30, 5)
     mine = report([X], dict(own.counts), own.models, meter, 1.0)
     load = combine(
         {"here": (2, {"a/p": 90.0}, {"a/p": 40.0}, {"a/p": 25.0})}, dict(own.counts), mine
