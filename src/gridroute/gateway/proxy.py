@@ -23,6 +23,7 @@ Errors the gateway makes itself are OpenAI-shaped (`gridroute.wire.openai_errors
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -44,7 +45,14 @@ from gridroute.core.flow import (
 )
 from gridroute.core.group_route import GroupDecision
 from gridroute.core.overlay_request import OverlayRequest
-from gridroute.core.prefix import PrefixAffinitySettings, PrefixMap, PrefixRequest, fingerprint
+from gridroute.core.prefix import (
+    PrefixAffinitySettings,
+    PrefixMap,
+    PrefixRequest,
+    fingerprint,
+    fingerprint_messages,
+    load_tokenizer,
+)
 from gridroute.gateway import overlay_route, upstream
 from gridroute.gateway.admission_queue import wait_in_queue
 from gridroute.gateway.fairness_key import fairness_key
@@ -345,12 +353,28 @@ def prefix_of(
     The rendered messages are the body's bytes from its `"messages"` key on, as the
     client wrote them: a chat client resends its history the same way, so its turns
     share their leading blocks, and the body is fingerprinted without decoding it
-    again (fields after the messages only change the last blocks)."""
+    again (fields after the messages only change the last blocks).
+
+    With `tokenizer` set (the tokenizer-exact mode) the body is decoded once more, its
+    `messages` rendered as a chat template would and encoded once, and blocks of
+    `block_tokens` ids are hashed (`fingerprint_messages`); a body that is not a JSON
+    object with a `messages` list gets no prefix."""
     if not s.enabled:
         return None
     at = body.find(b'"messages"')
     if at < 0:
         return None
+    if s.tokenizer is not None:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return None
+        messages = doc.get("messages") if isinstance(doc, dict) else None
+        if not isinstance(messages, list):
+            return None
+        encode = load_tokenizer(s.tokenizer)  # loaded (and checked) with the config
+        blocks = fingerprint_messages(messages, encode, s.block_tokens, s.max_blocks)
+        return PrefixRequest.start(blocks, s, table, now)
     blocks = fingerprint(body[at : at + s.block_bytes * s.max_blocks], s.block_bytes, s.max_blocks)
     return PrefixRequest.start(blocks, s, table, now)
 
