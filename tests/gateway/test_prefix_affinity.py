@@ -72,6 +72,58 @@ def test_a_conversation_stays_on_its_site_until_that_site_is_at_its_budget() -> 
     run(scenario)
 
 
+def test_in_token_mode_a_conversation_stays_on_its_site() -> None:
+    """`prefix_affinity.tokenizer`: the gateway renders the messages, encodes them with
+    the bundled vocabulary and matches token blocks (skipped without `splintr-rs`)."""
+    pytest.importorskip("splintr", reason="the tokenizer extra (splintr-rs) is not installed")
+
+    async def scenario() -> None:
+        sites = {n: fake(n) for n in ("a", "b", "c")}
+        pa = {"exploration": 0.0, "tokenizer": "llama3", "block_tokens": 64}
+        async with running_grid(sites, prefix_affinity=pa) as g:
+            g.gw.current.rng = Random(3)
+            g.feed({s: (0.0, 0.0, 20.0) for s in ("a", "b", "c")})
+            client = g.client()
+            history: list[dict[str, str]] = [{"role": "system", "content": SYSTEM}]
+            got = []
+            for i in range(6):
+                history.append({"role": "user", "content": f"question {i}"})
+                raw = await client.chat.completions.with_raw_response.create(
+                    model=MODEL,
+                    messages=history,  # type: ignore[arg-type]
+                )
+                got.append(raw.headers["x-grid-site"])
+                history.append({"role": "assistant", "content": f"answer {i} " * 10})
+            assert got == [got[0]] * 6
+            assert _outcomes(g)["hit"] == 5.0 and _outcomes(g)["miss"] == 1.0
+
+    run(scenario)
+
+
+def test_token_mode_fingerprints_the_rendered_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway's wiring of the token mode without the package: a tiny encoder stands
+    in for the vocabulary; the body is decoded once and its messages rendered."""
+    import json
+
+    from gridroute.core.prefix import PrefixAffinitySettings, PrefixMap, fingerprint_messages
+    from gridroute.gateway import proxy
+
+    def words(text: str) -> list[int]:
+        return [len(w) for w in text.split()]
+
+    monkeypatch.setattr(proxy, "load_tokenizer", lambda name: words)
+    s = PrefixAffinitySettings.model_construct(
+        **{**PrefixAffinitySettings().model_dump(), "tokenizer": "words", "block_tokens": 8}
+    )
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hi"}]
+    body = json.dumps({"model": MODEL, "messages": messages, "stream": False}).encode()
+    got = proxy.prefix_of(body, PrefixMap(), s, 0.0)
+    assert got is not None
+    assert got.blocks == fingerprint_messages(messages, words, 8, s.max_blocks)
+    assert proxy.prefix_of(b'{"messages": "no list"}', PrefixMap(), s, 0.0) is None
+    assert proxy.prefix_of(b'{"messages": [', PrefixMap(), s, 0.0) is None  # not JSON
+
+
 def test_prefix_affinity_can_be_turned_off() -> None:
     async def scenario() -> None:
         sites = {n: fake(n) for n in ("a", "b", "c")}
