@@ -1,6 +1,6 @@
 """Decisions per second of the site-selection core, against `random.choice` in the same run.
 
-    .venv/bin/python bench/bench_select.py [--n 200000]
+    .venv/bin/python bench/bench_select.py [--n 200000] [--prefix-only]
 
 For 3, 10 and 100 sites (capacities 64..256, loads 10-90 %), times `decide` under each
 policy on one core and prints microseconds per decision and the ratio to a plain
@@ -19,12 +19,16 @@ routing overlay requests through the flow (rather than a loop of their own) is a
 number: "flow cost" is the flow minus the decision it wraps, measured in the same run.
 
 Then the prefix rows (issue 24): the prefix fingerprint of 8 KiB of prompt, alone and
-with its prefix-map lookup, and their ratio to one `zlib.crc32` of the same 8 KiB.
+with its prefix-map lookup, and their ratio to one `zlib.crc32` of the same 8 KiB; and,
+with `splintr-rs` installed (`gridroute[tokenizer]`), the tokenizer-exact mode's cost
+for the same 8 KiB: the body decoded, its messages rendered, encoded (llama3) and cut
+into 256-token blocks, on the repeated text and on 8 KiB of varied words.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
 import zlib
@@ -48,7 +52,7 @@ from gridroute.core.group_route import Group, ModelGroups, OverlayIndex, Slot, b
 from gridroute.core.groups import Admission
 from gridroute.core.overlay_request import OverlayRequest
 from gridroute.core.pickers import Picker, PickerStates
-from gridroute.core.prefix import PrefixMap, fingerprint
+from gridroute.core.prefix import PrefixMap, fingerprint, fingerprint_messages, load_tokenizer
 
 
 def build(n_sites: int, seed: int = 1) -> tuple[GridState, OwnLoad]:
@@ -90,7 +94,11 @@ def per_call_us(fn: Callable[[], object], n: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--prefix-only", action="store_true", help="only the prefix rows")
     args = ap.parse_args()
+    if args.prefix_only:
+        prefix_rows(args.n)
+        return
     print(
         f"{'sites':>5} {'policy':>10} {'us/decision':>12} {'decisions/s':>12} "
         f"{'baseline us':>11} {'ratio':>6}"
@@ -246,17 +254,58 @@ def prefix_rows(n_calls: int, reps: int = 7) -> None:
         "fingerprint 8 KiB": lambda: fingerprint(prompt),
         "fingerprint + match": lambda: table.matches(fingerprint(prompt), 1.0),
     }
+    fns.update(token_rows())
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(reps):
         for name, fn in fns.items():
+            n = max(n_calls // 200, 20) if name.startswith("tokens") else n_calls
             t0 = time.thread_time()
-            for _ in range(n_calls):
+            for _ in range(n):
                 fn()
-            best[name] = min(best[name], (time.thread_time() - t0) / n_calls * 1e6)
+            best[name] = min(best[name], (time.thread_time() - t0) / n * 1e6)
     base = best["crc32 8 KiB once"]
     print(f"\n{'prefix (issue 24)':>22} {'us/call':>9} {'ratio vs crc32 once':>20}")
     for name, us in best.items():
         print(f"{name:>22} {us:>9.2f} {us / base:>20.1f}")
+    if not any(name.startswith("tokens") for name in best):
+        print(f"{'tokens 8 KiB':>22} (splintr-rs not installed: pip install '.[tokenizer]')")
+
+
+def token_rows() -> dict[str, Callable[[], object]]:
+    """The tokenizer-exact mode, as the gateway runs it (`gateway/proxy.prefix_of`): the
+    body decoded (`json.loads`), its messages rendered and encoded once (llama3, loaded
+    before timing), 256-token blocks hashed, for 8 KiB of English prose (this module's
+    docstrings, repeated) and 8 KiB of varied made-up words (seeded). "warm": the
+    encoder's cache of pre-split words already holds the text's words (a conversation's
+    next turn resends its history); "cold": that cache cleared before each call (a new
+    prompt). Empty without `splintr-rs`."""
+    try:
+        encode = load_tokenizer("llama3")
+    except ValueError:
+        return {}
+    clear = encode.__self__.clear_cache  # type: ignore[attr-defined]
+    rng = random.Random(7)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(4000)]
+    prose = " ".join(f.__doc__ or "" for f in (prefix_rows, token_rows, build)) + (__doc__ or "")
+    texts = {
+        "prose": (prose * (8192 // len(prose) + 1))[:8192],
+        "varied": " ".join(rng.choice(vocab) for _ in range(1600))[:8192],
+    }
+    fns: dict[str, Callable[[], object]] = {}
+    for label, text in texts.items():
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
+
+        def warm(body: str = body) -> object:
+            return fingerprint_messages(json.loads(body)["messages"], encode, 256, 64)
+
+        def cold(body: str = body) -> object:
+            clear()
+            return fingerprint_messages(json.loads(body)["messages"], encode, 256, 64)
+
+        fns[f"tokens {label} warm"] = warm
+        fns[f"tokens {label} cold"] = cold
+    return fns
 
 
 if __name__ == "__main__":
