@@ -105,8 +105,9 @@ class PrefixAffinitySettings(BaseModel):
     (its `Tokenizer.from_pretrained` names; no download). The gateway then renders the
     request's messages (role and content, as a chat template would), encodes them once
     and fingerprints blocks of `block_tokens` token ids instead of `block_bytes` bytes:
-    blocks align with the server's cache pages, at roughly 50-100x the byte mode's cost
-    (BENCHMARKS.md). A name the package does not know, or the package missing, is a
+    blocks align with the server's cache pages, at about 20x the byte mode's cost for a
+    conversation's next turn and 65x for a new prompt (about 95 and 300 us for 8 KiB of
+    prose, BENCHMARKS.md). A name the package does not know, or the package missing, is a
     config error. Default: none (byte blocks, no tokenizer)."""
     block_tokens: int = Field(256, ge=1)
     """Token ids per fingerprint block in the tokenizer-exact mode: a multiple of vLLM's
