@@ -309,3 +309,18 @@ def test_the_help_names_the_offline_flag() -> None:
     res = CliRunner().invoke(app, ["config", "check", "--help"])
     assert res.exit_code == 0 and "--offline" in res.output
     assert "open none of the files it names" in " ".join(res.output.split())
+
+
+def test_a_bad_prefix_tokenizer_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """`prefix_affinity.tokenizer` names a vocabulary of the optional splintr-rs: an
+    unknown name (with the package) or any name (without it) is an error on that field."""
+    bad = tmp_path / "gw.yaml"
+    bad.write_text(
+        "sites: [{name: a, backend_url: 'http://127.0.0.1:1'}]\nmodels: [{name: m}]\n"
+        "prefix_affinity: {tokenizer: no-such-vocabulary}\n"
+    )
+    code, out = check(str(bad))
+    assert code == 2, out
+    assert out.startswith(f"{bad}: prefix_affinity.tokenizer: "), out
+    assert "unknown tokenizer 'no-such-vocabulary'" in out or "splintr-rs" in out
+    assert "Traceback" not in out
