@@ -196,7 +196,7 @@ def test_a_site_only_one_gateway_wants_is_not_left_idle() -> None:
     the one gateway that wants the site takes its free room once nobody refilled it."""
     alone = 1.0  # the others report nothing at this site: all its demand is this one's
     site = Following(base=26.0, held=20.0, free=30.0, room=50.0, share=alone, idle=1)
-    ((_, budget, _),) = settle([(0, site)])
+    ((_, budget, _, _),) = settle([(0, site)])
     assert budget == pytest.approx(50.0)  # all of the free room, not a share of it
 
 
@@ -208,10 +208,10 @@ def test_a_lying_peer_cannot_keep_room_idle() -> None:
         n: Following(base=62.0, held=60.0, free=20.0, room=80.0, share=lie, idle=n)
         for n in (0, LIFT_AFTER)
     }
-    ((_, capped, _),) = settle([(0, at[0])])
-    ((_, lifted, _),) = settle([(0, at[LIFT_AFTER])])
+    ((_, capped, _, _),) = settle([(0, at[0])])
+    ((_, lifted, _, lift),) = settle([(0, at[LIFT_AFTER])])
     assert capped < 60.0  # over its target: it does not refill what it frees
-    assert lifted == 62.0  # the fair share's budget again, on room nobody wants
+    assert lifted == 62.0 and lift  # the fair share's budget again, and for a while
 
 
 def test_equal_holdings_within_the_noise_of_a_sample_move_nothing() -> None:
@@ -221,7 +221,7 @@ def test_equal_holdings_within_the_noise_of_a_sample_move_nothing() -> None:
         (0, Following(base=41.0, held=40.0, free=2.0, room=128.0, share=0.31, idle=1)),
         (1, Following(base=25.0, held=24.0, free=2.0, room=64.0, share=0.31, idle=1)),
     ]
-    assert [b for _, b, _ in settle(sites)] == [41.0, 25.0]
+    assert [b for _, b, _, _ in settle(sites)] == [41.0, 25.0]
 
 
 # -- mixed versions ---------------------------------------------------------------------------
@@ -256,8 +256,8 @@ def test_a_report_is_clamped_and_a_report_without_demand_demands_its_in_flight()
 
 def test_a_site_whose_room_nobody_wanted_is_not_capped_for_a_while() -> None:
     over = dict(base=62.0, held=60.0, free=20.0, room=80.0, share=0.01, idle=0)
-    ((_, capped, _),) = settle([(0, Following(**over))])  # type: ignore[arg-type]
-    ((_, kept, _),) = settle([(0, Following(**over, lifted=True))])  # type: ignore[arg-type]
+    ((_, capped, _, _),) = settle([(0, Following(**over))])  # type: ignore[arg-type]
+    ((_, kept, _, _),) = settle([(0, Following(**over, lifted=True))])  # type: ignore[arg-type]
     assert capped < 60.0 and kept == 62.0
 
 
@@ -293,3 +293,12 @@ def test_an_operator_that_relays_no_demand_turns_following_off() -> None:
     old = GatewaySums(1.0, 2, {"a/p": 11.0})  # no demand rows come back
     load = rep.load(Decoded(received=(), round_ends={}, gateways={"hub": old}), 1.0)
     assert load is not None and load.mine is None and load.site_demand("a/p", 1) is None
+
+
+def test_room_idle_while_every_gateway_is_short_is_a_grid_filling_up() -> None:
+    """Only a cap that left room idle lifts the cap: at the start of a run room stands
+    idle while gateways are short of their targets, and a latch on that turned
+    following off for the first 30 s (measured live)."""
+    short = Following(base=12.0, held=10.0, free=40.0, room=80.0, share=0.5, idle=5)
+    ((_, budget, _, lift),) = settle([(0, short)])
+    assert not lift and budget == pytest.approx(40.0)  # takes free room up to its target

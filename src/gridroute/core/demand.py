@@ -271,9 +271,9 @@ def _margin(target: float) -> float:
     return max(DEMAND_MARGIN, DEMAND_MARGIN_FRACTION * target)
 
 
-def settle(sites: Sequence[tuple[int, Following]]) -> list[tuple[int, float, int]]:
-    """(index, budget, idle) of every contended site, following demand (the target is
-    `Following.target`).
+def settle(sites: Sequence[tuple[int, Following]]) -> list[tuple[int, float, int, bool]]:
+    """(index, budget, idle, lift) of every contended site, following demand (the target
+    is `Following.target`; `lift`: the caller stops capping there for `LIFT_HOLD_S`).
 
     The budget is the fair share's (`base`) unless this gateway holds past, or short
     of, its target over all the contended sites together by more than the noise of a
@@ -300,15 +300,23 @@ def settle(sites: Sequence[tuple[int, Following]]) -> list[tuple[int, float, int
     target = sum(f.target for _, f in sites)
     slack = _slack(target)
     over, short = held > target + slack, held < target - slack
-    out: list[tuple[int, float, int]] = []
+    out: list[tuple[int, float, int, bool]] = []
     for index, f in sites:
         budget = f.base
         here = f.target
-        if over and not f.lifted and f.idle < LIFT_AFTER:
-            budget = min(budget, here + _margin(here))
+        lift = False
+        if over and not f.lifted:
+            if f.idle < LIFT_AFTER:
+                budget = min(budget, here + _margin(here))
+            else:
+                # The cap is what left this room idle: the demand claimed for it is not
+                # real. Only then: room idle while every gateway is short of its target
+                # is a grid filling up (a latch on that turned following off for the
+                # first 30 s of a run, measured live).
+                lift = True
         elif short and f.idle >= RAISE_AFTER and f.held < here:
             budget = max(budget, min(here, f.held + f.free))
-        out.append((index, budget, f.idle))
+        out.append((index, budget, f.idle, lift))
     return out
 
 

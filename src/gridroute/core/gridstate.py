@@ -15,7 +15,7 @@ from random import Random
 from gridroute.core import ceiling as ceil
 from gridroute.core.accounting import OwnLoad
 from gridroute.core.candidate import Candidate, Health
-from gridroute.core.demand import LIFT_AFTER, LIFT_HOLD_S, Following, settle
+from gridroute.core.demand import LIFT_HOLD_S, Following, settle
 from gridroute.core.gateway_load import ExternalEstimate, GatewayLoad
 from gridroute.core.liveness import Live, Liveness, first_seen, step
 from gridroute.core.sample import Sample
@@ -316,7 +316,9 @@ class GridState:
                 view = replace(view, external=outside)
             views.append(view)
         targets = {index: f.target for index, f in following}
-        for index, budget, idle in settle(following):
+        for index, budget, idle, lift in settle(following):
+            if lift:
+                pending[index][1].lifted_until = now + LIFT_HOLD_S
             whole = self._whole(budget, idle)
             views[index] = replace(views[index], budget=whole, target=targets[index])
         snap_views = tuple(views)
@@ -431,8 +433,6 @@ class GridState:
                 reported = max(known.in_flight.get(cand.key, 0.0), float(own_s))
                 room = min(reported + free, room_ceiling)
                 part = demand.share
-                if idle >= LIFT_AFTER:
-                    tr.lifted_until = now + LIFT_HOLD_S
                 lifted = tr.lifted_until is not None and now < tr.lifted_until
                 following.append((index, Following(budget, held, free, room, part, idle, lifted)))
             else:
