@@ -142,6 +142,24 @@ def add_into(total: dict[str, float], counts: Mapping[str, float]) -> None:
         total[key] = total.get(key, 0.0) + value
 
 
+@dataclass(slots=True)
+class ReportSums:
+    """Gateways' reports summed per candidate, as every transport sums them (operator,
+    NATS board, Prometheus reader, simulator): in flight, demand beyond it, unmet."""
+
+    in_flight: dict[str, float] = field(default_factory=dict)
+    demand: dict[str, float] = field(default_factory=dict)
+    unmet: dict[str, float] = field(default_factory=dict)
+    gateways: int = 0
+
+    def add(self, counts: Mapping[str, float], demand: DemandReport) -> None:
+        """One gateway's report (its demand as `core.demand.received` counts it)."""
+        self.gateways += 1
+        add_into(self.in_flight, counts)
+        add_into(self.demand, demand.beyond)
+        add_into(self.unmet, demand.unmet)
+
+
 def combine(
     sites: Mapping[str, Sums], own: Mapping[str, int], mine: DemandReport | None = None
 ) -> GatewayLoad:

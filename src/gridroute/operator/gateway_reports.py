@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gridroute.core.demand import DemandReport, received
-from gridroute.core.gateway_load import add_into
+from gridroute.core.gateway_load import ReportSums
 from gridroute.wire.signals import GatewaySums
 
 MAX_GATEWAYS = 256
@@ -54,14 +54,10 @@ class GatewayReports:
         stale = [g for g, (at, _, _) in self._reports.items() if now - at > self.window_s]
         for gateway in stale:
             del self._reports[gateway]
-        total: dict[str, float] = {}
-        beyond: dict[str, float] = {}
-        unmet: dict[str, float] = {}
+        sums = ReportSums()
         for _, counts, demand in self._reports.values():
-            add_into(total, counts)
-            add_into(beyond, demand.beyond)
-            add_into(unmet, demand.unmet)
-        return GatewaySums(now, len(self._reports), total, beyond, unmet)
+            sums.add(counts, demand)
+        return GatewaySums(now, sums.gateways, sums.in_flight, sums.demand, sums.unmet)
 
     def rows(self, now: float, *, own_only: bool = False) -> dict[str, GatewaySums]:
         """Reporting site -> sums to serve: this site's, and (unless `own_only`) each

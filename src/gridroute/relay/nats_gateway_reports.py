@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gridroute.core.demand import DemandReport, received
-from gridroute.core.gateway_load import add_into
+from gridroute.core.gateway_load import ReportSums
 from gridroute.wire.gateway_report import (
     DEMAND_HEADER,
     MAX_HEADER_BYTES,
@@ -109,16 +109,14 @@ class GatewayReportBoard:
         (`at` is the site's newest report)."""
         self._age(now)
         at: dict[str, float] = {}
-        count: dict[str, int] = {}
-        sums: dict[str, tuple[dict[str, float], dict[str, float], dict[str, float]]] = {}
+        sums: dict[str, ReportSums] = {}
         for (site, _), report in self._reports.items():
-            total, beyond, unmet = sums.setdefault(site, ({}, {}, {}))
             at[site] = max(at.get(site, report.at), report.at)
-            count[site] = count.get(site, 0) + 1
-            add_into(total, report.counts)
-            add_into(beyond, report.demand.beyond)
-            add_into(unmet, report.demand.unmet)
-        return {site: GatewaySums(at[site], count[site], *parts) for site, parts in sums.items()}
+            sums.setdefault(site, ReportSums()).add(report.counts, report.demand)
+        return {
+            site: GatewaySums(at[site], s.gateways, s.in_flight, s.demand, s.unmet)
+            for site, s in sums.items()
+        }
 
     def take_dropped(self) -> dict[str, int]:
         dropped = dict(self.dropped)

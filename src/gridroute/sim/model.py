@@ -16,7 +16,7 @@ from random import Random
 
 from gridroute.core.demand import DemandReport, received
 from gridroute.core.flow import Feed, Step
-from gridroute.core.gateway_load import add_into
+from gridroute.core.gateway_load import ReportSums
 from gridroute.core.sample import Sample
 from gridroute.sim.scenario import PROVIDER, ServiceSpec, SizeSpec
 from gridroute.sim.sessions import KvCache
@@ -348,18 +348,11 @@ class SimOperator:
 
     def own_gateway_sums(self, at: float) -> GatewaySums:
         """This site's gateways' reports within the window, summed per candidate."""
-        sums: dict[str, float] = {}
-        beyond: dict[str, float] = {}
-        unmet: dict[str, float] = {}
-        n = 0
+        sums = ReportSums()
         for seen, counts, demand in self.gateway_reports.values():
-            if at - seen > self.report_window_s:
-                continue
-            n += 1
-            add_into(sums, counts)
-            add_into(beyond, demand.beyond)
-            add_into(unmet, demand.unmet)
-        return n, sums, beyond, unmet
+            if at - seen <= self.report_window_s:
+                sums.add(counts, demand)
+        return sums.gateways, sums.in_flight, sums.demand, sums.unmet
 
     def gateway_sums(self, at: float) -> dict[str, GatewaySums]:
         """What it serves to its gateways: its own site's sums and each peer's, as of the

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gridroute.core.demand import DemandReport, received
-from gridroute.core.gateway_load import add_into
+from gridroute.core.gateway_load import ReportSums
 from gridroute.core.sample import MAX_COUNT
 from gridroute.wire.signals import (
     FIELDS,
@@ -156,21 +156,15 @@ def decode_gateway_load(
         ident = tuple(str(metric.get(k, "")) for k in GATEWAY_KEY_LABELS)
         parts = series.setdefault(ident, ({}, {}, {}))
         parts[names.index(name)][f"{site}/{cluster}"] = int(min(count, float(MAX_COUNT)))
-    total: dict[str, float] = {}
-    beyond: dict[str, float] = {}
-    unmet: dict[str, float] = {}
-    gateways = 0
+    sums = ReportSums()
     for counts, extra, short in series.values():
-        if not counts and not extra and not short:
-            continue
-        gateways += 1  # a gateway counts by any of its series (an idle one has no rows)
-        demand = received(counts, DemandReport(extra, short) if extra or short else None)
-        add_into(total, counts)
-        add_into(beyond, demand.beyond)
-        add_into(unmet, demand.unmet)
-    if not gateways:
+        if counts or extra or short:  # a gateway counts by any of its series
+            sums.add(
+                counts, received(counts, DemandReport(extra, short) if extra or short else None)
+            )
+    if not sums.gateways:
         return {}
-    return {local_site: GatewaySums(now, gateways, total, beyond, unmet)}
+    return {local_site: GatewaySums(now, sums.gateways, sums.in_flight, sums.demand, sums.unmet)}
 
 
 def _data(answer: Any, kind: str) -> list[Any]:
