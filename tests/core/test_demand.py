@@ -302,3 +302,54 @@ def test_room_idle_while_every_gateway_is_short_is_a_grid_filling_up() -> None:
     short = Following(base=12.0, held=10.0, free=40.0, room=80.0, share=0.5, idle=5)
     ((_, budget, _, lift),) = settle([(0, short)])
     assert not lift and budget == pytest.approx(40.0)  # takes free room up to its target
+
+
+# -- free room split by what gateways want ----------------------------------------------
+
+
+def test_a_gateway_wants_its_shortfall_against_its_last_target_at_most_its_unmet() -> None:
+    cands = [Candidate("a", "p", frozenset({"m"})), Candidate("b", "p", frozenset({"m"}))]
+    own, meter = _busy("a/p", "m", 10, 4)
+    rep = report(cands, {"a/p": 10}, own.models, meter, 1.0, {"a/p": 12.5, "b/p": 30.0})
+    assert rep.want == {"a/p": 3, "b/p": 4}  # ceil(12.5 - 10); 30 short, but 4 waiting
+    assert report(cands, {"a/p": 10}, own.models, meter, 1.0).want == {}  # no targets yet
+    assert received({"a/p": 10}, DemandReport({}, {"a/p": 2}, {"a/p": 9})).want == {"a/p": 2}
+
+
+def _site(**kw: float) -> Following:
+    base = dict(base=28.3, held=28.0, free=3.0, room=128.0, share=0.2, idle=1)
+    base.update(kw)
+    return Following(**base)  # type: ignore[arg-type]
+
+
+def test_room_that_outlasted_a_sample_goes_to_the_gateways_that_want_it() -> None:
+    """Three gateways over their targets each took their share of the free room while
+    the short one took it all: the room was drawn twice (1,510 overshoots at 4u, 200 ms
+    service, 384 clients). Now the short ones split it by want and the rest keep what
+    they hold."""
+    over = _site(share=0.2, wanted=4.0, want=0.0)  # target 25.6, holds 28
+    ((_, kept, _, _),) = settle([(0, over)])
+    assert kept == 28.0  # keeps what it holds, takes none of the free room
+    short = _site(base=46.4, held=46.0, share=0.4, wanted=4.0, want=4.0)  # target 51.2
+    ((_, took, _, _),) = settle([(0, short)])
+    assert took == pytest.approx(49.0)  # all 3 free slots: it is the only one wanting
+    half = _site(base=46.4, held=46.0, share=0.4, wanted=8.0, want=4.0)
+    ((_, part, _, _),) = settle([(0, half)])
+    assert part == pytest.approx(47.5)  # another wants as much: half of them each
+    fresh = _site(base=46.4, held=46.0, share=0.4, wanted=4.0, want=4.0, idle=0)
+    ((_, base, _, _),) = settle([(0, fresh)])
+    assert base == pytest.approx(46.4)  # the newest sample's room is its owners' to refill
+
+
+def test_want_missing_from_the_sums_splits_nothing() -> None:
+    """An operator or transport that does not carry `want` leaves this gateway's own out
+    of the sums: read alone it would claim all the free room."""
+    mine = DemandReport({"a/p": 5}, {"a/p": 5}, {"a/p": 3})
+    load = GatewayLoad({"a/p": 40.0}, 2, {"a/p": 20}, {"a/p": 5.0}, {"a/p": 5.0}, mine)
+    d = load.site_demand("a/p", 20)
+    assert d is not None and d.wanted == 0.0 and d.want == 0.0
+    carried = GatewayLoad(
+        {"a/p": 40.0}, 2, {"a/p": 20}, {"a/p": 5.0}, {"a/p": 5.0}, mine, {"a/p": 7.0}
+    )
+    d = carried.site_demand("a/p", 20)
+    assert d is not None and (d.wanted, d.want) == (7.0, 3.0)

@@ -50,6 +50,9 @@ class GatewayLoad:
     """Candidate key -> every reporting gateway's unmet demand for what it serves."""
     mine: DemandReport | None = None
     """This gateway's demand report of the same round (None: it reported none)."""
+    want: Mapping[str, float] = field(default_factory=dict)
+    """Candidate key -> every reporting gateway's `want` there (`DemandReport.want`;
+    empty where the transport or the operator carries none)."""
 
     def site_demand(self, key: str, held: float) -> SiteDemand | None:
         """Demand at `key` where some gateway's is unmet; None where none is (or no
@@ -59,7 +62,13 @@ class GatewayLoad:
             return None
         total = self.in_flight.get(key, 0.0) + self.demand.get(key, 0.0)
         mine = self.own.get(key, 0) + self.mine.beyond.get(key, 0)
-        return SiteDemand(max(total, float(mine), held), max(float(mine), held))
+        want = float(self.mine.want.get(key, 0))
+        wanted = self.want.get(key, 0.0)
+        if wanted < want:
+            # Its own want is not in the sums (a transport or an operator that carries
+            # none): nobody's is known, so free room is not split by it.
+            want = wanted = 0.0
+        return SiteDemand(max(total, float(mine), held), max(float(mine), held), wanted, want)
 
     def total(self, keys: Iterable[str]) -> float:
         """All gateways' reported in-flight to `keys` (this gateway's report included)."""
@@ -131,9 +140,11 @@ class ExternalEstimate:
 Sums = (
     tuple[int, Mapping[str, float]]
     | tuple[int, Mapping[str, float], Mapping[str, float], Mapping[str, float]]
+    | tuple[int, Mapping[str, float], Mapping[str, float], Mapping[str, float], Mapping[str, float]]
 )
 """One site's gateway reports summed: (gateways, key -> in-flight[, key -> demand beyond,
-key -> unmet]); the last two are absent where the transport carries no demand."""
+key -> unmet[, key -> want]]); the later ones are absent where the transport (or an
+older operator) carries none."""
 
 
 def add_into(total: dict[str, float], counts: Mapping[str, float]) -> None:
@@ -151,6 +162,7 @@ class ReportSums:
     demand: dict[str, float] = field(default_factory=dict)
     unmet: dict[str, float] = field(default_factory=dict)
     gateways: int = 0
+    want: dict[str, float] = field(default_factory=dict)
 
     def add(self, counts: Mapping[str, float], demand: DemandReport) -> None:
         """One gateway's report (its demand as `core.demand.received` counts it)."""
@@ -158,6 +170,7 @@ class ReportSums:
         add_into(self.in_flight, counts)
         add_into(self.demand, demand.beyond)
         add_into(self.unmet, demand.unmet)
+        add_into(self.want, demand.want)
 
 
 def combine(
@@ -168,11 +181,14 @@ def combine(
     total: dict[str, float] = {}
     demand: dict[str, float] = {}
     unmet: dict[str, float] = {}
+    want: dict[str, float] = {}
     count = 0
     for sums in sites.values():
         count += sums[0]
         add_into(total, sums[1])
-        if len(sums) == 4:
+        if len(sums) >= 4:
             add_into(demand, sums[2])
             add_into(unmet, sums[3])
-    return GatewayLoad(total, count, dict(own), demand, unmet, mine)
+        if len(sums) == 5:
+            add_into(want, sums[4])
+    return GatewayLoad(total, count, dict(own), demand, unmet, mine, want)

@@ -76,6 +76,11 @@ class Snapshot:
                 return v
         return None
 
+    def targets(self) -> dict[str, float]:
+        """Candidate key -> this gateway's demand target there, where it follows demand
+        (what its next report's `want` is measured against, `core/demand.py`)."""
+        return {v.key: v.target for v in self.views if v.target is not None}
+
 
 def _mean_known(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None and v > 0]
@@ -434,7 +439,18 @@ class GridState:
                 room = min(reported + free, room_ceiling)
                 part = demand.share
                 lifted = tr.lifted_until is not None and now < tr.lifted_until
-                following.append((index, Following(budget, held, free, room, part, idle, lifted)))
+                follow = Following(
+                    budget,
+                    held,
+                    free,
+                    room,
+                    part,
+                    idle,
+                    lifted,
+                    demand.wanted,
+                    demand.want,
+                )
+                following.append((index, follow))
             else:
                 budget = self._whole(budget, idle)
         return SiteView(

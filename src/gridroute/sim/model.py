@@ -203,7 +203,7 @@ class Network:
             self.cut.pop(site, None)
 
 
-GatewaySums = tuple[int, dict[str, float], dict[str, float], dict[str, float]]
+GatewaySums = tuple[int, dict[str, float], dict[str, float], dict[str, float], dict[str, float]]
 """One site's gateway reports summed: (gateways reporting, candidate key -> in-flight,
 -> demand beyond it, -> unmet demand; `core/demand.py`)."""
 
@@ -352,7 +352,7 @@ class SimOperator:
         for seen, counts, demand in self.gateway_reports.values():
             if at - seen <= self.report_window_s:
                 sums.add(counts, demand)
-        return sums.gateways, sums.in_flight, sums.demand, sums.unmet
+        return sums.gateways, sums.in_flight, sums.demand, sums.unmet, sums.want
 
     def gateway_sums(self, at: float) -> dict[str, GatewaySums]:
         """What it serves to its gateways: its own site's sums and each peer's, as of the
