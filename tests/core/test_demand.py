@@ -141,7 +141,9 @@ def _current(follow: bool) -> Any:
         meter.hold("x")
     return SimpleNamespace(
         own=own,
-        state=SimpleNamespace(settings=AvailabilitySettings(follow_demand=follow), candidates=(X,)),
+        state=SimpleNamespace(
+            settings=AvailabilitySettings(follow_demand=follow), candidates=(X,), snapshot=None
+        ),
         fairness=SimpleNamespace(demand=meter),
         clock=lambda: 1.0,
     )

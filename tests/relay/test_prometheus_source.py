@@ -217,7 +217,7 @@ def test_every_scraped_gateways_own_in_flight_is_read_beside_the_rows() -> None:
                 assert (sums.gateways, dict(sums.in_flight)) == (2, {"hub/p": 5.0, "west/p": 1.0})
                 assert behaviour["gateway_queries"] == [
                     '{__name__=~"grid_route_site_in_flight|grid_route_site_demand'
-                    '|grid_route_site_unmet", job="gw"}'
+                    '|grid_route_site_unmet|grid_route_site_want", job="gw"}'
                 ]
                 # Without its site (or with gateway_selector: null) no reports are read.
                 off = await plain.poll()

@@ -155,3 +155,44 @@ def test_prometheus_gauges_are_summed_per_gateway_and_an_older_one_demands_its_i
     assert sums.in_flight == {"hub/p": 5.0, "west/p": 1.0}
     assert sums.demand == {"hub/p": 5.0 + 1.0, "west/p": 2.0}  # old: 3 in all, less held
     assert sums.unmet == {"hub/p": 4.0}
+
+
+def test_want_rides_every_transport_and_an_older_reader_loses_only_it() -> None:
+    """`want` (core/demand.py) in the poll headers, the operator's relay, a NATS
+    message's headers and the Prometheus gauges; where it is missing the sums have none,
+    and `GatewayLoad.site_demand` then splits nothing by it."""
+    report = DemandReport({"hub/p": 3}, {"hub/p": 2}, {"hub/p": 2})
+    headers = render_demand(report)
+    assert headers["x-grid-want"] == "hub/p=2"
+    assert parse_demand(headers["x-grid-demand"], headers["x-grid-unmet"], "hub/p=2") == report
+    assert parse_demand("hub/p=3", "hub/p=2", "hub/p=x") is None  # malformed: demand lost
+    sums = {
+        "west": GatewaySums(
+            100.0, 2, {"hub/p": 12.0}, {"hub/p": 3.0}, {"hub/p": 2.0}, {"hub/p": 2.0}
+        )
+    }
+    body = encode_relay([], {}, local_site="west", gateways=sums).body
+    assert decode_relay(body, date=100.0, offset=0.0).gateways["west"] == sums["west"]
+    old = b"\n".join(ln for ln in body.splitlines() if b"want" not in ln) + b"\n"
+    assert decode_relay(old, date=100.0, offset=0.0).gateways["west"].want == {}
+    board = GatewayReportBoard("gridroute.gateways")
+    assert board.ingest(board.subject("west", "gw-1"), b"hub/p=2", 1.0, headers)
+    (nats,) = board.sums(1.0).values()
+    assert nats.want == {"hub/p": 2.0}
+    answer = {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {"metric": {"__name__": name, "job": "gw", "instance": "a", "site": "hub",
+                            "cluster": "p"}, "value": [1.0, value]}
+                for name, value in (
+                    ("grid_route_site_in_flight", "3"),
+                    ("grid_route_site_unmet", "4"),
+                    ("grid_route_site_want", "2"),
+                )
+            ],
+        },
+    }  # fmt: skip
+    (prom,) = decode_gateway_load(answer, "hub", 1.0, max_series=100).values()
+    assert prom.want == {"hub/p": 2.0}

@@ -75,8 +75,14 @@ class LoadReport:
         self.demand = None
         if current.state.settings.follow_demand:
             meter = current.fairness.demand
+            last = current.state.snapshot
             self.demand = report(
-                current.state.candidates, self.sent, own.models, meter, current.clock()
+                current.state.candidates,
+                self.sent,
+                own.models,
+                meter,
+                current.clock(),
+                None if last is None else last.targets(),
             )
         return self.sent
 
@@ -99,10 +105,11 @@ class LoadReport:
         if self.unscraped and self.local_site is not None:
             mine = dict(local.in_flight)
             add_into(mine, self.sent)
-            beyond, unmet = dict(local.demand), dict(local.unmet)
+            beyond, unmet, want = dict(local.demand), dict(local.unmet), dict(local.want)
             if self.demand is not None:
                 add_into(beyond, self.demand.beyond)
                 add_into(unmet, self.demand.unmet)
+                add_into(want, self.demand.want)
             sums = {
                 **sums,
                 self.local_site: replace(
@@ -111,10 +118,11 @@ class LoadReport:
                     in_flight=mine,
                     demand=beyond,
                     unmet=unmet,
+                    want=want,
                 ),
             }
         sites: dict[str, Sums] = {
-            site: (s.gateways, s.in_flight, s.demand, s.unmet)
+            site: (s.gateways, s.in_flight, s.demand, s.unmet, s.want)
             for site, s in sums.items()
             if now - s.at <= self.window_s
         }

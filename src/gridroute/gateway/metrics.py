@@ -196,6 +196,11 @@ class GridCollector(Collector):
                     "This gateway's waiting and refused requests for what the site serves "
                     "(with follow_demand, where it has any).",
                 ),
+                (
+                    "want",
+                    "What of the site's free room this gateway would fill: its shortfall "
+                    "against its demand target there, at most its unmet demand.",
+                ),
                 ("up", "Backend health probe verdict: 1 up, 0 down, NaN not yet probed."),
                 (
                     "silent_seconds",
@@ -209,7 +214,7 @@ class GridCollector(Collector):
             own = current.own
             demand = report(
                 current.state.candidates, own.counts, own.models, current.fairness.demand,
-                current.clock(),
+                current.clock(), snap.targets(),
             )  # fmt: skip
         for r in current.readings():
             v = r.view
@@ -230,12 +235,14 @@ class GridCollector(Collector):
                 fams["demand"].add_metric(lv, float(demand.beyond[v.key]))
             if demand.unmet.get(v.key):
                 fams["unmet"].add_metric(lv, float(demand.unmet[v.key]))
+            if demand.want.get(v.key):
+                fams["want"].add_metric(lv, float(demand.want[v.key]))
             fams["up"].add_metric(lv, _UP.get(v.health, NAN))
             silent = None if v.sampled_at is None else snap.at - v.sampled_at
             fams["silent_seconds"].add_metric(lv, _num(silent))
         for site, cluster in self._seen - now_seen:
             for name, fam in fams.items():
-                if name not in ("demand", "unmet"):
+                if name not in ("demand", "unmet", "want"):
                     fam.add_metric([site, cluster], NAN)
         self._seen |= now_seen
         yield from fams.values()

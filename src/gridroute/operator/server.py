@@ -24,6 +24,7 @@ from gridroute.wire.gateway_report import (
     GATEWAY_HEADER,
     IN_FLIGHT_HEADER,
     UNMET_HEADER,
+    WANT_HEADER,
     parse_demand,
     parse_in_flight,
     valid_gateway_id,
@@ -48,7 +49,7 @@ async def signals(request: web.Request) -> web.Response:
         if counts is not None:
             assert gateway is not None
             h = request.headers
-            demand = parse_demand(h.get(DEMAND_HEADER), h.get(UNMET_HEADER))
+            demand = parse_demand(h.get(DEMAND_HEADER), h.get(UNMET_HEADER), h.get(WANT_HEADER))
             op.gateway_reports.record(gateway, counts, now, demand)
     gateways = op.gateway_reports.rows(now, own_only=own_only)
     after = op.store.rows_after(request.query.get("since")) if own_only else None

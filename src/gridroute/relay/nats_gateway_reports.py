@@ -27,6 +27,7 @@ from gridroute.wire.gateway_report import (
     DEMAND_HEADER,
     MAX_HEADER_BYTES,
     UNMET_HEADER,
+    WANT_HEADER,
     parse_demand,
     parse_in_flight,
     valid_gateway_id,
@@ -79,7 +80,7 @@ class GatewayReportBoard:
             self.dropped["undecodable"] += 1
             return False
         h = headers or {}
-        demand = parse_demand(h.get(DEMAND_HEADER), h.get(UNMET_HEADER))
+        demand = parse_demand(h.get(DEMAND_HEADER), h.get(UNMET_HEADER), h.get(WANT_HEADER))
         return self.record(site, gateway, counts, now, demand)
 
     def record(
@@ -114,7 +115,7 @@ class GatewayReportBoard:
             at[site] = max(at.get(site, report.at), report.at)
             sums.setdefault(site, ReportSums()).add(report.counts, report.demand)
         return {
-            site: GatewaySums(at[site], s.gateways, s.in_flight, s.demand, s.unmet)
+            site: GatewaySums(at[site], s.gateways, s.in_flight, s.demand, s.unmet, s.want)
             for site, s in sums.items()
         }
 

@@ -7,10 +7,12 @@ TLS when configured), so reporting adds no call and nothing to the request path:
     x-grid-in-flight: hub/pool-a=12,west/pool-a=3
     x-grid-demand: hub/pool-a=9,west/pool-a=18
     x-grid-unmet: hub/pool-a=6,west/pool-a=6
+    x-grid-want: west/pool-a=4
 
-The last two (`core/demand.py`, sent only with `follow_demand`) have the in-flight
+The last three (`core/demand.py`, sent only with `follow_demand`) have the in-flight
 header's form: per candidate, the gateway's demand for what that candidate serves
-beyond what it holds there, and its unmet demand. An operator that knows them not
+beyond what it holds there, its unmet demand, and what it wants of the free room there
+(its shortfall against its demand target, at most its unmet demand). An operator that knows them not
 ignores them; a gateway that sends them not is read as demanding what it holds.
 
 Bounded both ways: at most `MAX_ENTRIES` candidates (the largest counts, when a gateway
@@ -32,6 +34,7 @@ GATEWAY_HEADER = "x-grid-gateway"
 IN_FLIGHT_HEADER = "x-grid-in-flight"
 DEMAND_HEADER = "x-grid-demand"
 UNMET_HEADER = "x-grid-unmet"
+WANT_HEADER = "x-grid-want"
 MAX_ENTRIES = 64
 """Candidates per report (the same bound as providers per site in a relay)."""
 MAX_HEADER_BYTES = 8192
@@ -75,10 +78,14 @@ def render_demand(report: DemandReport) -> dict[str, str]:
         out[DEMAND_HEADER] = render_in_flight(report.beyond)
     if report.unmet:
         out[UNMET_HEADER] = render_in_flight(report.unmet)
+    if report.want:
+        out[WANT_HEADER] = render_in_flight(report.want)
     return out
 
 
-def parse_demand(beyond: str | None, unmet: str | None) -> DemandReport | None:
+def parse_demand(
+    beyond: str | None, unmet: str | None, want: str | None = None
+) -> DemandReport | None:
     """The demand of a report's headers: None when neither is there (an older gateway,
     or one that does not follow demand) or either is malformed (the demand is lost,
     never half-read; the in-flight still counts)."""
@@ -86,6 +93,7 @@ def parse_demand(beyond: str | None, unmet: str | None) -> DemandReport | None:
         return None
     b = parse_in_flight(beyond or "")
     u = parse_in_flight(unmet or "")
-    if b is None or u is None:
+    w = parse_in_flight(want or "")
+    if b is None or u is None or w is None:
         return None
-    return DemandReport(b, u)
+    return DemandReport(b, u, w)

@@ -108,7 +108,7 @@ def build_queries(
         rounds=f"max by ({SITE_LABEL}) (timestamp(up{{{site_match}{extra}}}))",
         gateways=None
         if gateway_selector is None
-        else f'{{__name__=~"{GATEWAY_IN_FLIGHT}|{GATEWAY_DEMAND}|{GATEWAY_UNMET}"'
+        else f'{{__name__=~"{GATEWAY_IN_FLIGHT}|{GATEWAY_DEMAND}|{GATEWAY_UNMET}|{GATEWAY_WANT}"'
         + (f", {gateway_selector}}}" if gateway_selector.strip() else "}"),
     )
 
@@ -119,6 +119,8 @@ GATEWAY_DEMAND = "grid_route_site_demand"
 """... its demand for what the candidate serves beyond what it holds there."""
 GATEWAY_UNMET = "grid_route_site_unmet"
 """... and its unmet demand for it (`core/demand.py`; 0 where it does not follow demand)."""
+GATEWAY_WANT = "grid_route_site_want"
+"""... and what it wants of the free room there (`core/demand.py`)."""
 GATEWAY_KEY_LABELS = ("job", "instance")
 """What tells one scraped gateway from another."""
 
@@ -137,8 +139,8 @@ def decode_gateway_load(
         raise PromTooLarge(f"{len(result)} series over the limit of {max_series}")
     # Per scraped gateway (`job`/`instance`): its in-flight, demand beyond it and unmet
     # demand per candidate; summed once each is whole (`core.demand.received`).
-    series: dict[tuple[str, ...], tuple[dict[str, int], dict[str, int], dict[str, int]]] = {}
-    names = (GATEWAY_IN_FLIGHT, GATEWAY_DEMAND, GATEWAY_UNMET)
+    series: dict[tuple[str, ...], tuple[dict[str, int], ...]] = {}
+    names = (GATEWAY_IN_FLIGHT, GATEWAY_DEMAND, GATEWAY_UNMET, GATEWAY_WANT)
     for row in result:
         metric = row.get("metric") if isinstance(row, dict) else None
         value = row.get("value") if isinstance(row, dict) else None
@@ -154,17 +156,20 @@ def decode_gateway_load(
         if name not in names:
             continue
         ident = tuple(str(metric.get(k, "")) for k in GATEWAY_KEY_LABELS)
-        parts = series.setdefault(ident, ({}, {}, {}))
+        parts = series.setdefault(ident, ({}, {}, {}, {}))
         parts[names.index(name)][f"{site}/{cluster}"] = int(min(count, float(MAX_COUNT)))
     sums = ReportSums()
-    for counts, extra, short in series.values():
+    for counts, extra, short, want in series.values():
         if counts or extra or short:  # a gateway counts by any of its series
-            sums.add(
-                counts, received(counts, DemandReport(extra, short) if extra or short else None)
-            )
+            demand = DemandReport(extra, short, want) if extra or short else None
+            sums.add(counts, received(counts, demand))
     if not sums.gateways:
         return {}
-    return {local_site: GatewaySums(now, sums.gateways, sums.in_flight, sums.demand, sums.unmet)}
+    return {
+        local_site: GatewaySums(
+            now, sums.gateways, sums.in_flight, sums.demand, sums.unmet, sums.want
+        )
+    }
 
 
 def _data(answer: Any, kind: str) -> list[Any]:

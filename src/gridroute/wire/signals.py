@@ -77,7 +77,10 @@ GATEWAY_DEMAND = "grid_gateway_demand"
 """Per reporting site and target: its gateways' demand beyond what they hold there."""
 GATEWAY_UNMET = "grid_gateway_unmet"
 """Per reporting site and target: its gateways' unmet demand (`core/demand.py`)."""
-_TARGETED = (GATEWAY_IN_FLIGHT, GATEWAY_DEMAND, GATEWAY_UNMET)
+GATEWAY_WANT = "grid_gateway_want"
+"""Per reporting site and target: what its gateways want of the free room there, their
+shortfall against their demand targets (`core/demand.py`)."""
+_TARGETED = (GATEWAY_IN_FLIGHT, GATEWAY_DEMAND, GATEWAY_UNMET, GATEWAY_WANT)
 """The gateway rows labelled with a target candidate, in the order a body carries them."""
 GATEWAYS_REPORTING = "grid_gateways_reporting"
 GATEWAY_MAX_TARGETS = 64
@@ -175,6 +178,8 @@ class GatewaySums:
     (`core/demand.py`; empty where no gateway reports demand, or an older operator)."""
     unmet: Mapping[str, float] = field(default_factory=dict)
     """Target candidate key -> summed unmet demand."""
+    want: Mapping[str, float] = field(default_factory=dict)
+    """Target candidate key -> summed want (empty from an older operator)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +333,11 @@ def _gateway_rows(
         reporting.append(
             f'{GATEWAYS_REPORTING}{{grid_site="{site}"}} {sums.gateways} {stamp}\n'.encode()
         )
-        for name, values in zip(_TARGETED, (sums.in_flight, sums.demand, sums.unmet), strict=True):
+        for name, values in zip(
+            _TARGETED,
+            (sums.in_flight, sums.demand, sums.unmet, sums.want),
+            strict=True,
+        ):
             targets = sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))
             for key, value in targets[:GATEWAY_MAX_TARGETS]:
                 tsite, _, tprov = key.partition("/")
