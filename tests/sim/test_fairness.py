@@ -95,7 +95,28 @@ def test_budgets_that_follow_demand_serve_every_gateways_clients_alike(clients: 
     fig = client_figures(served)
     assert fig["jain"] >= 0.97
     assert fig["clients_served_max"] <= 1.5 * fig["clients_served_min"]
-    # Goodput: 0.989-0.995 of the slots over seeds 1-6 (the target, 0.99, on the mean).
-    assert row["requests"] >= 0.985 * 320 / 5.0 * 60.0  # type: ignore[operator]
+    # Goodput: 0.992-0.999 of the slots over seeds 1-6 at 384 clients, 0.997-1.000 at
+    # 512, since free room is split by what gateways want (0.985-0.997 before).
+    assert row["requests"] >= 0.99 * 320 / 5.0 * 60.0  # type: ignore[operator]
     before = client_figures(unequal(False, clients)[1])
     assert before["jain"] < 0.95  # the test fails without the rule
+
+
+def test_free_room_is_not_drawn_twice_while_budgets_follow_unequal_demand() -> None:
+    """Past capacity at 200 ms service (`past-capacity-shedding` with 40/20/20/20 % of
+    512 clients behind four gateways, fair order): gateways past their demand targets
+    each took their share of the room that outlasted a sample while the short one took
+    it all, so it was drawn twice (measured: 1,417 overshoots, 2.0 % of the requests).
+    Split by what the gateways want, 418 (0.6 %)."""
+    sc = parse_scenario(
+        {
+            "name": "past-capacity-shedding",
+            "gateways": [0.4, 0.2, 0.2, 0.2],
+            "clients": 512,
+            "policies": ["gridroute"],
+            "availability": {"shedding": True, "fair_order": True},
+        }
+    )
+    row = SimRun(sc, Policy.GRIDROUTE, 512).run().row
+    assert row["overshoot"] <= 0.01 * row["requests"]  # type: ignore[operator]
+    assert row["jain"] >= 0.99  # type: ignore[operator]
