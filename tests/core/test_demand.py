@@ -12,6 +12,7 @@ import pytest
 from gridroute.core import AvailabilitySettings, Candidate, OwnLoad, Policy, Sample
 from gridroute.core.demand import (
     LIFT_AFTER,
+    LIFT_AFTER_WANTED,
     DemandMeter,
     DemandReport,
     Following,
@@ -214,6 +215,21 @@ def test_a_lying_peer_cannot_keep_room_idle() -> None:
     ((_, lifted, _, lift),) = settle([(0, at[LIFT_AFTER])])
     assert capped < 60.0  # over its target: it does not refill what it frees
     assert lifted == 62.0 and lift  # the fair share's budget again, and for a while
+
+
+def test_a_peer_that_also_lies_about_its_want_delays_the_lift_by_two_samples() -> None:
+    """Where gateways report wanting the room, yielded room stands free a sample or two
+    before they may take it, so idle room is read as a lie two samples later: the
+    liar's claim holds a little longer, but not for good."""
+    lie = 100.0 / 10_000.0
+
+    def at(n: int) -> Following:
+        return Following(62.0, 60.0, 20.0, 80.0, lie, n, wanted=500.0)
+
+    ((_, capped, _, lift),) = settle([(0, at(LIFT_AFTER))])
+    assert capped < 60.0 and not lift
+    ((_, lifted, _, lift),) = settle([(0, at(LIFT_AFTER_WANTED))])
+    assert lifted == 62.0 and lift
 
 
 def test_equal_holdings_within_the_noise_of_a_sample_move_nothing() -> None:
