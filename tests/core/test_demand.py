@@ -371,3 +371,20 @@ def test_want_missing_from_the_sums_splits_nothing() -> None:
     )
     d = carried.site_demand("a/p", 20)
     assert d is not None and (d.wanted, d.want) == (7.0, 3.0)
+
+
+def test_a_peer_that_lies_about_its_want_cannot_keep_room_idle() -> None:
+    """A peer that claims to want a site's free room leaves the honest gateways a
+    sliver of it each; the room it never takes is refilled at the fair share's budget
+    after `LIFT_AFTER` samples, and after `LIFT_AFTER_WANTED` want is not followed
+    there for a while."""
+
+    def at(n: int) -> Following:  # short of its target (51.2), wanting 4 of 500 claimed
+        return Following(46.4, 46.0, 3.0, 128.0, 0.4, n, wanted=500.0, want=4.0)
+
+    ((_, sliver, _, _),) = settle([(0, at(1))])
+    assert sliver == pytest.approx(46.0 + 3.0 * 4.0 / 500.0)
+    ((_, share, _, lift),) = settle([(0, at(LIFT_AFTER))])
+    assert share == pytest.approx(46.4) and not lift
+    ((_, share, _, lift),) = settle([(0, at(LIFT_AFTER_WANTED))])
+    assert share == pytest.approx(46.4) and lift

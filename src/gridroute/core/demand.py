@@ -348,6 +348,10 @@ def settle(sites: Sequence[tuple[int, Following]]) -> list[tuple[int, float, int
                 # is a grid filling up (a latch on that turned following off for the
                 # first 30 s of a run, measured live).
                 lift = True
+        elif f.wanted >= 1.0 and not f.lifted and f.idle >= LIFT_AFTER_WANTED:
+            # Room the gateways reported wanting stood untaken: some want is not real
+            # (a peer that lies about it would otherwise idle every room it is split by).
+            lift = True
         elif f.wanted >= 1.0 and not f.lifted and f.idle < LIFT_AFTER:
             # Some gateway holds short of its target here and has clients to fill it:
             # room that outlasted a sample is the wanting gateways', split by what each
