@@ -32,7 +32,11 @@ MODEL = "m"
 LISTENERS = ("aiohttp", "dataplane")
 """The API listeners a test can run against (`listener.dataplane` off and on)."""
 listener_kind = "aiohttp"
-"""Which one `running_grid` starts (the `each_listener` fixture sets it)."""
+"""Which one `running_grid` starts (the `each_listener` fixture sets it): the aiohttp
+listener unless a test asks for the data plane, though the data plane is the gateway's
+default (`listener.dataplane`), so that the tests written for one listener keep
+testing the one that serves everything when the data plane is off; the end-to-end
+suites, which start gateways from configs, run the default."""
 
 
 @dataclass
@@ -97,8 +101,8 @@ async def running_grid(
         else:
             servers[name] = await start_fake_server(spec)
             urls[name] = servers[name].url
-    if listener_kind == "dataplane":
-        overrides["listener"] = {**overrides.get("listener", {}), "dataplane": True}
+    listener = {"dataplane": listener_kind == "dataplane", **overrides.get("listener", {})}
+    overrides["listener"] = listener
     gw = Gateway(config(urls, site_extra, **overrides))
     runner = GuardedRunner(
         create_app(gw), guard=gw.guard, handler_cancellation=True, access_log=None

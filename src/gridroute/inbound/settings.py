@@ -37,12 +37,14 @@ class ListenerSettings(BaseModel):
     max_connections: int = Field(4096, ge=1)
     """Open client connections one worker holds; one more is answered 503
     `too_many_connections` and closed. Default: 4096 (keep it under `ulimit -n`)."""
-    dataplane: bool = False
+    dataplane: bool = True
     """Serve the routed OpenAI paths (`POST /v1/chat/completions` and the others) on
     the raw-protocol listener (`gateway/dataplane/`): the same request flow and the
     same bounds as above, without aiohttp's request and response objects; every other
     request, and any request it does not take (chunked body, `Expect`, an unusual
-    head), goes to the aiohttp listener on the same connection. Default: off."""
+    head), goes to the aiohttp listener on the same connection. Default: on (about
+    half the aiohttp listener's CPU per request, BENCHMARKS.md "Gateway proxy");
+    `false` serves everything on aiohttp."""
     error_log_interval_s: float = Field(60.0, ge=0)
     """Client errors (malformed requests, timeouts, refused connections) are always
     counted; a log line is written at most once per this many seconds per error class,
