@@ -132,6 +132,17 @@ def _draw(views: Sequence[SiteView], weights: Sequence[float], rng: Random, skip
     return last
 
 
+def two_site_share(weight_a: float, rho_a: float, weight_b: float, rho_b: float) -> float:
+    """The seed's split of two sites: the first's part, capacity / (1 + rho) each,
+    clamped to `TWO_SITE_SHARE` (also what `sim/compare.py` holds gridroute's shares
+    to)."""
+    a = weight_a / (1.0 + rho_a)
+    b = weight_b / (1.0 + rho_b)
+    share = 0.5 if a + b <= 0.0 else a / (a + b)
+    lo, hi = TWO_SITE_SHARE
+    return min(max(share, lo), hi)
+
+
 def _pick_pressure(
     views: Sequence[SiteView],
     weights: Sequence[float],
@@ -144,11 +155,7 @@ def _pick_pressure(
     if n == 1:
         return 0, Path.SINGLE
     if n == 2:
-        a = weights[0] / (1.0 + rhos[0])
-        b = weights[1] / (1.0 + rhos[1])
-        share = 0.5 if a + b <= 0.0 else a / (a + b)
-        lo, hi = TWO_SITE_SHARE
-        share = min(max(share, lo), hi)
+        share = two_site_share(weights[0], rhos[0], weights[1], rhos[1])
         if spread is not None:  # gridroute: the same shares, kept over the stream
             first = spread.first((model, views[0].key, views[1].key), share)
             return (0 if first else 1), Path.PRESSURE_WEIGHTED

@@ -22,6 +22,18 @@ independent draws) is named by the rule that explains it where one does (`depart
 * `counted_load` (gridroute sent more, no overshoot there, while it sent less to a site
   more held from outside): gridroute ranks on counted load (its own requests now), the
   seed on a poll-old smoothed rho, so it moves picks toward the lower pressure sooner;
+* `past_capacity` (more clients than slots free of outside load, the reference's goodput
+  fell past the tolerance behind gridroute's): gridroute's share of the site is its part
+  of the free slots, within the tolerance; the excess queues under either policy (no hold,
+  no shedding), so overshoot there is forced, and the reference's shares follow the
+  requests it queued for good behind outside load;
+* `two_site_weighted` (exactly two sites with slots free of outside load, under capacity,
+  gridroute sent more, no overshoot of its own there, the reference overshot it): the
+  reference read the site full or queued after its own overshoot and dropped it below the
+  other; gridroute's share is at most the two-site rule's (capacity / (1 + rho), 10-90 %)
+  at gridroute's own load there, plus the tolerance;
+* `counted_load` also covers a gain that the sites more held from outside gave up
+  together (each within the tolerance): picks moved toward less outside load;
 * `unexplained`: anything else, and always where gridroute overshot a site more than
   the reference (what the differential tests look for).
 
@@ -36,7 +48,8 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Any
 
-from gridroute.core.select import Policy
+from gridroute.core.select import Policy, two_site_share
+from gridroute.core.settings import AvailabilitySettings
 from gridroute.sim.engine import RunResult, SimRun
 from gridroute.sim.scenario import Scenario
 
@@ -48,6 +61,8 @@ FAIR_SHARE = "fair_share"
 SHARE_RANKED = "share_ranked"
 KNOCK_ON = "knock_on"
 COUNTED_LOAD = "counted_load"
+PAST_CAPACITY = "past_capacity"
+TWO_SITE_WEIGHTED = "two_site_weighted"
 UNEXPLAINED = "unexplained"
 
 SHARE_RANKED_OUTSIDE = 0.6
@@ -139,6 +154,18 @@ def _compare(
                 departure = FAIR_SHARE
             elif delta > 0 and several and _outside(sc, name) <= SHARE_RANKED_OUTSIDE:
                 departure = SHARE_RANKED
+            elif (
+                delta > 0
+                and over[ours] == 0
+                and over[ref] > 0
+                and clients <= _free_total(sc)
+                and len([s for s in sc.sites if _free(sc, s.name) > 0]) == 2
+                and shares[ours] <= _two_site_share(sc, name, shares[ours], clients) + tolerance
+            ):
+                # The seed overshot the site and then read it full or queued (reported
+                # rho, worst over the lookback), dropping it below the other site;
+                # gridroute kept it in the tier and gave it the two-site rule's share.
+                departure = TWO_SITE_WEIGHTED
             else:
                 departure = UNEXPLAINED
         diffs.append(SiteDiff(name, shares, over, delta, departure))
@@ -154,6 +181,20 @@ def _compare(
             else d
             for d in diffs
         ]
+    # Past capacity (more clients than slots free of outside load, no hold, no
+    # shedding) the excess queues under either policy, so overshoot is forced; where
+    # the seed's goodput collapsed (its requests queued for good behind outside load)
+    # and gridroute's share is the site's part of the free slots (what a router that
+    # loses no slot serves there), the difference is the seed's.
+    if collapsed and clients > _free_total(sc):
+        diffs = [
+            SiteDiff(d.site, d.shares, d.overshoot, d.delta, PAST_CAPACITY)
+            if d.departure == UNEXPLAINED
+            and abs(d.shares[ours] - _free(sc, d.site) / _free_total(sc))
+            <= tolerance + _noise(d.shares[ours], rows[ours]["requests"])
+            else d
+            for d in diffs
+        ]
     # gridroute ranks on counted load (its own requests now), the seed on a poll-old
     # smoothed rho: moving picks from a site more held from outside to one less held,
     # with no overshoot there, is the pressure rule read on fresher load.
@@ -163,7 +204,12 @@ def _compare(
         if d.departure == UNEXPLAINED
         and d.delta > 0
         and d.overshoot[ours] == 0
-        and any(_outside(sc, g.site) > _outside(sc, d.site) for g in given_up)
+        and (
+            any(_outside(sc, g.site) > _outside(sc, d.site) for g in given_up)
+            # or the sites more held from outside gave up, together, all it took
+            or _given_by_fuller(sc, diffs, d.site)
+            >= d.delta - _noise(d.shares[ref], rows[ref]["requests"])
+        )
         else d
         for d in diffs
     ]
@@ -174,6 +220,41 @@ def _outside(sc: Scenario, site: str) -> float:
     """The fraction of `site`'s slots held from outside at the start."""
     spec = next(s for s in sc.sites if s.name == site)
     return 0.0 if spec.external is None else spec.external.in_flight / spec.slots
+
+
+def _given_by_fuller(sc: Scenario, diffs: list[SiteDiff], site: str) -> float:
+    """The share points that sites more held from outside than `site` gave up."""
+    held = _outside(sc, site)
+    return -sum(g.delta for g in diffs if g.delta < 0 and _outside(sc, g.site) > held)
+
+
+def _free(sc: Scenario, site: str) -> float:
+    """`site`'s slots not held from outside at the start."""
+    spec = next(s for s in sc.sites if s.name == site)
+    ext = 0 if spec.external is None else spec.external.in_flight
+    return max(spec.slots - ext, 0)
+
+
+def _free_total(sc: Scenario) -> float:
+    """Slots not held from outside at the start, over every site."""
+    return sum(_free(sc, s.name) for s in sc.sites)
+
+
+def _two_site_share(sc: Scenario, site: str, share: float, clients: int) -> float:
+    """The seed's two-site share of `site` at gridroute's own load: in flight there
+    `share` x clients (the rest at the other site) beside what outside load holds, the
+    capacities weighted as the plan weighs them (`explore_floor`)."""
+    two = [s for s in sc.sites if _free(sc, s.name) > 0]
+    top = max(s.slots for s in two)
+    floor = AvailabilitySettings().explore_floor * top
+    weight: list[float] = []
+    rho: list[float] = []
+    for s in sorted(two, key=lambda s: s.name != site):  # `site` first
+        mine = share if s.name == site else 1.0 - share
+        ext = 0 if s.external is None else s.external.in_flight
+        rho.append((ext + mine * clients) / s.slots)
+        weight.append(max(s.slots, floor))
+    return two_site_share(weight[0], rho[0], weight[1], rho[1])
 
 
 def _noise(share: float, requests: int) -> float:
