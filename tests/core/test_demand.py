@@ -164,6 +164,20 @@ def test_a_prometheus_reader_adds_its_own_demand_to_what_prometheus_scraped() ->
     assert load.mine == DemandReport({"a/p": 4}, {"a/p": 4})
 
 
+def test_a_scraped_prometheus_reader_splits_nothing_by_want() -> None:
+    """Scraped, a reader's own want in the sums is a scrape old while its own report is
+    fresh: split by the two, the gateways' claims could add past the room."""
+    current = _current(True)
+    rep = LoadReport(lambda: cast(Any, current), "gw-me", "hub")
+    rep.speaks = False  # a Prometheus reader that is scraped
+    sums = GatewaySums(1.0, 2, {"a/p": 10.0}, {"a/p": 3.0}, {"a/p": 6.0}, {"a/p": 2.0})
+    load = rep.load(Decoded(received=(), round_ends={}, gateways={"hub": sums}), 1.0)
+    assert load is not None and load.want == {}
+    rep.speaks = True  # the mesh: its report rode on this very poll
+    load = rep.load(Decoded(received=(), round_ends={}, gateways={"hub": sums}), 1.0)
+    assert load is not None and load.want == {"a/p": 2.0}
+
+
 # -- fault 5: room idle when only one gateway wants it ------------------------------------------
 
 

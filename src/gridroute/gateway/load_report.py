@@ -121,8 +121,12 @@ class LoadReport:
                     want=want,
                 ),
             }
+        # A scraped Prometheus reader's own want in the sums is a scrape old, its own
+        # report fresh: split by the two, the claims could add past the room. It splits
+        # nothing by want (`GatewayLoad.site_demand`).
+        stale_own = not self.speaks and not self.unscraped
         sites: dict[str, Sums] = {
-            site: (s.gateways, s.in_flight, s.demand, s.unmet, s.want)
+            site: (s.gateways, s.in_flight, s.demand, s.unmet, {} if stale_own else s.want)
             for site, s in sums.items()
             if now - s.at <= self.window_s
         }

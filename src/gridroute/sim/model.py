@@ -205,7 +205,7 @@ class Network:
 
 GatewaySums = tuple[int, dict[str, float], dict[str, float], dict[str, float], dict[str, float]]
 """One site's gateway reports summed: (gateways reporting, candidate key -> in-flight,
--> demand beyond it, -> unmet demand; `core/demand.py`)."""
+-> demand beyond it, -> unmet demand, -> want; `core/demand.py`)."""
 
 
 class SimOperator:

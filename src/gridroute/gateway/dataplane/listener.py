@@ -217,7 +217,9 @@ class Conn(Serving, asyncio.Protocol):
                     self._hand_off()  # two lengths, or not a number: aiohttp's 400
                     return
                 length = int(value)
-            elif lk in ("transfer-encoding", "expect", "upgrade"):
+            elif lk in ("transfer-encoding", "expect", "upgrade", "content-encoding"):
+                # A compressed body (`Content-Encoding`) is aiohttp's to decode too:
+                # read raw here, its JSON would be answered 400 `invalid_json`.
                 self._hand_off()
                 return
             raw.append((name, value))
