@@ -372,3 +372,23 @@ def test_client_disconnect_cancels_upstream(stream: bool) -> None:
             await eventually(lambda: g.in_flight() == 0)
 
     run(scenario)
+
+
+def test_a_gzip_request_body_is_decoded_and_forwarded_plain() -> None:
+    """From review: the data plane read a compressed body raw and answered 400
+    `invalid_json`; the aiohttp listener decoded it but forwarded the client's
+    `Content-Encoding: gzip` beside the plain body, which the backend could not read."""
+    import gzip
+
+    async def scenario() -> None:
+        async with running_grid({"a": fake("a")}) as g:
+            body = gzip.compress(json.dumps({"model": MODEL, "messages": CHAT}).encode())
+            headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+            async with aiohttp.ClientSession() as http:
+                url = f"{g.url}/v1/chat/completions"
+                async with http.post(url, data=body, headers=headers) as resp:
+                    assert resp.status == 200, await resp.text()
+                    assert (await resp.json())["choices"][0]["message"]["content"]
+            assert g.in_flight() == 0
+
+    run(scenario)

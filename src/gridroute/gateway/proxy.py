@@ -86,12 +86,20 @@ def error_response(status: int, body: bytes, retry_after: int | None = None) -> 
     return web.Response(status=status, body=body, content_type=errs.CONTENT_TYPE, headers=headers)
 
 
+_REQUEST_ONLY = _HOP_BY_HOP | {"content-encoding"}
+"""... and, on a request, `Content-Encoding`: aiohttp's server decodes a compressed
+request body (and the data plane hands such a request to it), so what is forwarded is
+the decoded body; relayed with the client's `Content-Encoding: gzip`, the backend read
+plain JSON as gzip (found by review: the fake backend answered 500)."""
+
+
 def _strip_set(conn: str | None) -> frozenset[str]:
-    """Hop-by-hop headers, plus any the client's `Connection` header (`conn`) names."""
+    """A request's hop-by-hop headers (`_REQUEST_ONLY`), plus any the client's
+    `Connection` header (`conn`) names."""
     if not conn:
-        return _HOP_BY_HOP
+        return _REQUEST_ONLY
     extra = {t.strip().lower() for t in conn.split(",")} - {"close", "keep-alive", ""}
-    return _HOP_BY_HOP | extra if extra else _HOP_BY_HOP
+    return _REQUEST_ONLY | extra if extra else _REQUEST_ONLY
 
 
 def forward_headers(request: web.Request) -> list[tuple[str, str]]:
