@@ -143,7 +143,7 @@ def _current(follow: bool) -> Any:
     return SimpleNamespace(
         own=own,
         state=SimpleNamespace(
-            settings=AvailabilitySettings(follow_demand=follow), candidates=(X,), snapshot=None
+            settings=AvailabilitySettings(follow_demand=follow), candidates=(X,), targets=dict
         ),
         fairness=SimpleNamespace(demand=meter),
         clock=lambda: 1.0,

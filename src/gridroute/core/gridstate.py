@@ -191,6 +191,10 @@ class GridState:
     def snapshot(self) -> Snapshot | None:
         return self._last
 
+    def targets(self) -> dict[str, float]:
+        """The last snapshot's demand targets (`Snapshot.targets`; none before it)."""
+        return {} if self._last is None else self._last.targets()
+
     @property
     def gateways_reporting(self) -> int:
         """Gateways (workers) whose reports reached this one in the last poll, itself

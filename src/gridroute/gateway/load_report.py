@@ -75,14 +75,13 @@ class LoadReport:
         self.demand = None
         if current.state.settings.follow_demand:
             meter = current.fairness.demand
-            last = current.state.snapshot
             self.demand = report(
                 current.state.candidates,
                 self.sent,
                 own.models,
                 meter,
                 current.clock(),
-                None if last is None else last.targets(),
+                current.state.targets(),
             )
         return self.sent
 

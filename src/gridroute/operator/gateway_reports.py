@@ -57,7 +57,7 @@ class GatewayReports:
         sums = ReportSums()
         for _, counts, demand in self._reports.values():
             sums.add(counts, demand)
-        return GatewaySums(now, sums.gateways, sums.in_flight, sums.demand, sums.unmet, sums.want)
+        return GatewaySums.of(now, sums)
 
     def rows(self, now: float, *, own_only: bool = False) -> dict[str, GatewaySums]:
         """Reporting site -> sums to serve: this site's, and (unless `own_only`) each

@@ -114,10 +114,7 @@ class GatewayReportBoard:
         for (site, _), report in self._reports.items():
             at[site] = max(at.get(site, report.at), report.at)
             sums.setdefault(site, ReportSums()).add(report.counts, report.demand)
-        return {
-            site: GatewaySums(at[site], s.gateways, s.in_flight, s.demand, s.unmet, s.want)
-            for site, s in sums.items()
-        }
+        return {site: GatewaySums.of(at[site], s) for site, s in sums.items()}
 
     def take_dropped(self) -> dict[str, int]:
         dropped = dict(self.dropped)

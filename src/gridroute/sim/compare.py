@@ -51,7 +51,7 @@ from typing import Any
 from gridroute.core.select import Policy, two_site_share
 from gridroute.core.settings import AvailabilitySettings
 from gridroute.sim.engine import RunResult, SimRun
-from gridroute.sim.scenario import Scenario
+from gridroute.sim.scenario import Scenario, ScenarioSite
 
 TOLERANCE = 0.05
 """Share points (as a fraction) past which two policies' shares of a site differ."""
@@ -218,10 +218,19 @@ def _compare(
     return Comparison(clients, rows, diffs)
 
 
+def _held(spec: ScenarioSite) -> float:
+    """What outside load holds at `spec`'s site at the start."""
+    return 0.0 if spec.external is None else spec.external.in_flight
+
+
+def _site(sc: Scenario, site: str) -> ScenarioSite:
+    return next(s for s in sc.sites if s.name == site)
+
+
 def _outside(sc: Scenario, site: str) -> float:
     """The fraction of `site`'s slots held from outside at the start."""
-    spec = next(s for s in sc.sites if s.name == site)
-    return 0.0 if spec.external is None else spec.external.in_flight / spec.slots
+    spec = _site(sc, site)
+    return _held(spec) / spec.slots
 
 
 def _given_by_fuller(sc: Scenario, diffs: list[SiteDiff], site: str) -> float:
@@ -232,9 +241,8 @@ def _given_by_fuller(sc: Scenario, diffs: list[SiteDiff], site: str) -> float:
 
 def _free(sc: Scenario, site: str) -> float:
     """`site`'s slots not held from outside at the start."""
-    spec = next(s for s in sc.sites if s.name == site)
-    ext = 0 if spec.external is None else spec.external.in_flight
-    return max(spec.slots - ext, 0)
+    spec = _site(sc, site)
+    return max(spec.slots - _held(spec), 0.0)
 
 
 FORCED_SLACK = 1.1
@@ -264,8 +272,7 @@ def _two_site_share(sc: Scenario, site: str, share: float, clients: int) -> floa
     rho: list[float] = []
     for s in sorted(two, key=lambda s: s.name != site):  # `site` first
         mine = share if s.name == site else 1.0 - share
-        ext = 0 if s.external is None else s.external.in_flight
-        rho.append((ext + mine * clients) / s.slots)
+        rho.append((_held(s) + mine * clients) / s.slots)
         weight.append(max(s.slots, floor))
     return two_site_share(weight[0], rho[0], weight[1], rho[1])
 

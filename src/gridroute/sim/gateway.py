@@ -116,14 +116,13 @@ class SimGateway:
             mine = {k: v for k, v in self.own.counts.items() if v}
             demand = None
             if self.state.settings.follow_demand:
-                last = self.state.snapshot
                 demand = demand_report(
                     self.state.candidates,
                     mine,
                     self.own.models,
                     self.fairness.demand,
                     now,
-                    None if last is None else last.targets(),
+                    self.state.targets(),
                 )
             operator.report(self.index, mine, now, demand)
             gateways = combine(operator.gateway_sums(now), mine, demand)

@@ -165,11 +165,7 @@ def decode_gateway_load(
             sums.add(counts, received(counts, demand))
     if not sums.gateways:
         return {}
-    return {
-        local_site: GatewaySums(
-            now, sums.gateways, sums.in_flight, sums.demand, sums.unmet, sums.want
-        )
-    }
+    return {local_site: GatewaySums.of(now, sums)}
 
 
 def _data(answer: Any, kind: str) -> list[Any]:

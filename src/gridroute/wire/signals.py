@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gridroute.core.gateway_load import ReportSums
 from gridroute.core.sample import Sample, plausible
 
 RELAY_BUDGET_BYTES = 768 * 1024
@@ -180,6 +181,12 @@ class GatewaySums:
     """Target candidate key -> summed unmet demand."""
     want: Mapping[str, float] = field(default_factory=dict)
     """Target candidate key -> summed want (empty from an older operator)."""
+
+    @classmethod
+    def of(cls, at: float, sums: ReportSums) -> GatewaySums:
+        """`sums` (every transport sums reports alike, `core.gateway_load.ReportSums`)
+        as of `at`: one place that knows the figures a report carries."""
+        return cls(at, sums.gateways, sums.in_flight, sums.demand, sums.unmet, sums.want)
 
 
 @dataclass(frozen=True, slots=True)
