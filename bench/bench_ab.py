@@ -31,7 +31,7 @@ from bench_proxy import (
     gridroute_args,
     start,
     stop,
-    tree_cpu,
+    tree_cpu_split,
     wait_port,
 )
 
@@ -40,7 +40,7 @@ NAMES = ("baseline", "rev", "tree")
 
 def run_rounds(kind: str, src: Path, rounds: int, seconds: float, conns: int) -> None:
     body = STREAM_BODY if kind == "sse" else BODY
-    res: dict[str, list[tuple[float, float]]] = {n: [] for n in NAMES}
+    res: dict[str, list[tuple[float, float, float]]] = {n: [] for n in NAMES}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         bport = free_port()
@@ -68,17 +68,20 @@ def run_rounds(kind: str, src: Path, rounds: int, seconds: float, conns: int) ->
                         wait_port(port)
                         time.sleep(settle)
                         asyncio.run(drive(port, conns, 1.0, body=body))  # warm-up
-                        cpu0 = tree_cpu(proc.pid)
+                        u0, s0 = tree_cpu_split(proc.pid)
                         t0 = time.perf_counter()
                         stats = asyncio.run(drive(port, conns, seconds, body=body))
                         elapsed = time.perf_counter() - t0 - 0.2
-                        cpu_us = (tree_cpu(proc.pid) - cpu0) / max(stats.done, 1) * 1e6
+                        u1, s1 = tree_cpu_split(proc.pid)
+                        n = max(stats.done, 1)
+                        user_us, sys_us = (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6
                     finally:
                         stop(proc)
-                    res[name].append((stats.done / elapsed, cpu_us))
+                    cpu_us = user_us + sys_us
+                    res[name].append((stats.done / elapsed, cpu_us, user_us))
                     print(
                         f"round {r} {name:<9}{stats.done / elapsed:8.0f}/s {cpu_us:6.0f} us"
-                        f"  errors {stats.errors}",
+                        f" (user {user_us:.0f}, system {sys_us:.0f})  errors {stats.errors}",
                         flush=True,
                     )
         finally:
@@ -93,6 +96,7 @@ def run_rounds(kind: str, src: Path, rounds: int, seconds: float, conns: int) ->
         ratio = med([x[0] / b[0] for x, b in zip(rows, res["baseline"], strict=True)])
         print(
             f"{name:<9}{med([x[0] for x in rows]):8.0f}/s {med([x[1] for x in rows]):6.0f} us"
+            f" (user {med([x[2] for x in rows]):.0f})"
             f"  {ratio:.2f}x baseline  (us per round: {[round(x[1]) for x in rows]})"
         )
 

@@ -15,9 +15,12 @@ def prometheus_binaries() -> PrometheusBinaries:
     return binaries()
 
 
-@pytest.fixture(params=["aiohttp", "dataplane"])
+@pytest.fixture(params=["aiohttp", "dataplane", "spliced"])
 def each_listener(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Run the test once per API listener (`running_grid` reads the choice)."""
+    """Run the test once per API listener (`running_grid` reads the choice); `spliced`
+    is the data plane with a kept-alive connection waiting in every backend's pool, so
+    a request's first attempt is carried out in callbacks (`dataplane/splice.py`)
+    rather than in the task that connects."""
     from tests.gateway import harness
 
     before = harness.listener_kind

@@ -20,6 +20,7 @@ from aiohttp import web
 from gridroute.core import Sample
 from gridroute.fakeserver.server import RunningFakeServer, start_fake_server
 from gridroute.fakeserver.settings import FakeServerConfig
+from gridroute.gateway import upstream
 from gridroute.gateway.app import create_app
 from gridroute.gateway.config import GatewayConfig
 from gridroute.gateway.dataplane import DataPlane
@@ -29,8 +30,9 @@ from gridroute.inbound.guard import GuardedRunner
 
 MODEL = "m"
 
-LISTENERS = ("aiohttp", "dataplane")
-"""The API listeners a test can run against (`listener.dataplane` off and on)."""
+LISTENERS = ("aiohttp", "dataplane", "spliced")
+"""The API listeners a test can run against (`listener.dataplane` off and on; `spliced`:
+on, with a kept-alive connection open in every backend's pool before the test)."""
 listener_kind = "aiohttp"
 """Which one `running_grid` starts (the `each_listener` fixture sets it): the aiohttp
 listener unless a test asks for the data plane, though the data plane is the gateway's
@@ -101,7 +103,7 @@ async def running_grid(
         else:
             servers[name] = await start_fake_server(spec)
             urls[name] = servers[name].url
-    listener = {"dataplane": listener_kind == "dataplane", **overrides.get("listener", {})}
+    listener = {"dataplane": listener_kind != "aiohttp", **overrides.get("listener", {})}
     overrides["listener"] = listener
     gw = Gateway(config(urls, site_extra, **overrides))
     runner = GuardedRunner(
@@ -111,6 +113,8 @@ async def running_grid(
     plane = await start_listener(gw, runner, "127.0.0.1", 0)
     port = (runner.addresses if plane is None else plane.addresses)[0][1]
     grid = Grid(gw, f"http://127.0.0.1:{port}", servers, runner, plane=plane)
+    if listener_kind == "spliced" and plane is not None:
+        await warm_pools(gw)
     try:
         yield grid
     finally:
@@ -121,6 +125,18 @@ async def running_grid(
         await runner.cleanup()
         for srv in servers.values():
             await srv.close()
+
+
+async def warm_pools(gw: Gateway) -> None:
+    """One idle kept-alive connection in each backend's pool (none where the backend
+    does not accept): no request is sent, so no counter of a test moves."""
+    for backend in gw.backends.by_key.values():
+        pool = backend.pool
+        try:
+            conn = await pool._connect()
+        except upstream.UpstreamError:
+            continue
+        pool.put_back(conn)
 
 
 def fake(name: str, **kw: Any) -> FakeServerConfig:

@@ -42,7 +42,7 @@ def test_sigterm_drains_without_resetting_kept_alive_clients(
                     "health": {"enabled": False},
                     "shutdown_drain_s": 3,
                     "shutdown_grace_s": 20,
-                    "listener": {"dataplane": each_listener == "dataplane"},
+                    "listener": {"dataplane": each_listener != "aiohttp"},
                 }
             )
         )

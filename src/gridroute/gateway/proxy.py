@@ -29,7 +29,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from gridroute.core import Decision, Outcome, SiteView
+from gridroute.core import Decision, Outcome, Policy, SiteView
 from gridroute.core.fairness import fair_order_on
 from gridroute.core.flow import (
     Answered,
@@ -247,6 +247,203 @@ async def handle(request: web.Request) -> web.StreamResponse:
     return ex.resp
 
 
+class RouteRun:
+    """One request's way through the flow once its body and `model` are read, without
+    I/O: the decision's bookkeeping (metrics, refusal counts, overlay counts, the
+    trace), its attempts and its end. Two drivers carry it out: `drive` (a coroutine,
+    for aiohttp's listener and any request that has to wait) and the data plane's
+    `Splice` (callbacks, for an attempt on a kept-alive connection: no task, no
+    future). Both call these methods in the same order, so there is one flow glue:
+    `first`, `decided`, then `book` per step until it returns None or an attempt is
+    relayed (`relayed`), each attempt closed by `attempt_end`; `finish` always, once."""
+
+    __slots__ = (
+        "attempts",
+        "body",
+        "child",
+        "choice",
+        "current",
+        "d",
+        "ex",
+        "finished",
+        "flow",
+        "fwd",
+        "gw",
+        "headers",
+        "model",
+        "overlay",
+        "policy",
+        "preferred",
+        "prefix",
+        "remote",
+        "sent",
+        "session",
+        "site",
+        "span",
+        "status",
+        "t0",
+        "watch",
+    )
+
+    def __init__(
+        self,
+        gw: Gateway,
+        ex: Exchange,
+        path: str,
+        headers: Mapping[str, str],
+        remote: str | None,
+        body: bytes,
+        model: str,
+        t0: float,
+        policy: Policy,
+    ) -> None:
+        self.gw = gw
+        self.ex = ex
+        self.headers = headers
+        self.remote = remote
+        self.body = body
+        self.model = model
+        self.t0 = t0
+        self.policy = policy
+        current = self.current = gw.current
+        tracer = gw.tracer
+        self.span = tracer.start(path, model, policy) if tracer is not None else None
+        self.child: object | None = None
+        self.d: Decision | None = None
+        self.site = ""
+        self.status = 0
+        self.attempts = 0
+        self.sent: list[float] = []  # when each attempt was handed to a backend
+        self.finished = False
+        self.flow: Generator[Step, Feed, None] | None = None
+        self.fwd: list[tuple[str, str]] = []
+        watch = self.watch = gw.overlay
+        by_overlay = (
+            overlay_route.request_for(gw, headers, body, model, t0) if watch is not None else None
+        )
+        self.overlay: OverlayRequest | None = None
+        self.choice: GroupDecision | None = None
+        self.prefix: PrefixRequest | None = None
+        if by_overlay is not None:
+            self.overlay, self.session = by_overlay
+            self.preferred = None
+        else:
+            session = self.session = headers.get(gw.affinity_header) if gw.affinity_header else None
+            self.preferred = current.affinity.get(session, t0) if session else None
+            self.prefix = prefix_of(body, current.prefixes, gw.cfg.prefix_affinity, t0)
+
+    def first(self) -> Step:
+        """The flow's first step (maybe a `Hold`, for `wait_in_queue`)."""
+        current = self.current
+        who = None  # the key is read only where fair order ranks it (the flow's own test)
+        overlay = self.overlay
+        if fair_order_on(current.snapshot.settings, self.policy, overlay is not None):
+            who = fairness_key(self.gw.cfg.fairness_key, self.headers, self.remote, self.body)
+        flow = self.flow = request_flow(
+            current, self.model, self.policy, self.preferred, overlay, who, self.prefix
+        )
+        return next(flow)
+
+    def decided(self, step: Step) -> None:
+        """The first step past any hold: affinity and prefix outcomes, forwarded headers."""
+        self.d = step.decision
+        metrics = self.gw.metrics
+        if self.session and self.overlay is None:
+            metrics.affinity(self.preferred, self.d)
+        if self.prefix is not None:
+            metrics.prefix(self.prefix.outcome)
+        self.fwd = self.ex.forward()
+
+    def book(self, step: Step) -> Attempt | None:
+        """`step` counted; a refusal or a give-up answered (None), else the attempt to
+        make, with its trace span open."""
+        gw = self.gw
+        if isinstance(step, Attempt | Refuse):
+            d = self.d = step.decision
+            gw.metrics.decision(d)
+            gw.refusals.note(self.model, d.outcome)
+            watch = self.watch
+            if step.choice is not None and watch is not None:
+                self.choice = step.choice
+                overlay_route.count(
+                    watch, step.choice, self.attempts == 0, self.session is not None
+                )
+        if isinstance(step, Refuse):
+            assert self.d is not None
+            status, err, after = refusal(self.d)
+            self.status = status
+            self.ex.answer(status, err, after)
+            return None
+        if isinstance(step, GiveUp):
+            status, err, after = given_up(step)
+            self.status = status
+            self.ex.answer(status, err, after)
+            return None
+        assert isinstance(step, Attempt), step  # a Relay is carried out by the attempt
+        if step.after is not None:
+            gw.metrics.retry(*step.after)
+        self.site = step.view.site
+        self.attempts += 1
+        tracer = gw.tracer
+        if tracer is not None:
+            self.child = tracer.attempt(self.span, step.decision, self.attempts)
+        return step
+
+    def attempt_end(self, got: int | Step | None) -> None:
+        """The current attempt's span closed: `got` is the relayed status or the next step."""
+        child, self.child = self.child, None
+        tracer = self.gw.tracer
+        if child is not None and tracer is not None:
+            answered = got if isinstance(got, int) else None
+            after = got.after if isinstance(got, Attempt) else None
+            tracer.attempt_end(child, answered, None if after is None else after[1])
+
+    def relayed(self, att: Attempt, status: int) -> None:
+        """The backend's answer went to the client (an affinity kept below 500)."""
+        self.status = status
+        session = self.session
+        if session and status < 500:
+            self.current.affinity.put(session, att.view.key, self.current.monotonic())
+
+    def finish(self) -> None:
+        """Metrics, trace and the flow's end, on every path (a second call does nothing)."""
+        if self.finished:
+            return
+        self.finished = True
+        flow = self.flow
+        if flow is not None:
+            flow.close()  # at once, not at garbage collection: an abandoned trial is freed
+        metrics = self.gw.metrics
+        if self.sent:
+            metrics.added(self.sent[-1] - self.t0)
+        metrics.duration(self.site, self.status or 499, self.current.monotonic() - self.t0)
+        span = self.span
+        tracer = self.gw.tracer
+        if span is not None and tracer is not None:
+            if self.overlay is not None:
+                overlay_route.trace(span, self.choice, self.overlay.table)
+            tracer.end(span, self.d, self.site, self.attempts, self.status, self.prefix)
+
+
+def open_run(
+    gw: Gateway,
+    ex: Exchange,
+    path: str,
+    headers: Mapping[str, str],
+    remote: str | None,
+    body: bytes,
+    model: str,
+    t0: float,
+) -> RouteRun | None:
+    """The request's run, or None with 404 answered for a model no policy names."""
+    policy = gw.current.routing.policies.get(model)
+    if policy is None:
+        gw.metrics.duration("", 404, gw.current.monotonic() - t0)
+        ex.answer(404, errs.MODEL_NOT_FOUND)
+        return None
+    return RouteRun(gw, ex, path, headers, remote, body, model, t0, policy)
+
+
 async def route(
     gw: Gateway,
     ex: Exchange,
@@ -260,96 +457,37 @@ async def route(
     """The request flow of one request whose body and `model` are read, for either
     listener: the decision, the attempts, the answer through `ex`, and the metrics,
     refusal counts, affinity and trace of it, on every path."""
-    current = gw.current
-    clock = current.monotonic  # durations and affinity idle times: never the wall clock
-    policy = current.routing.policies.get(model)
-    if policy is None:
-        gw.metrics.duration("", 404, clock() - t0)
-        ex.answer(404, errs.MODEL_NOT_FOUND)
-        return
-    tracer = gw.tracer
-    span = tracer.start(path, model, policy) if tracer is not None else None
-    d: Decision | None = None
-    site = ""
-    status = 0
-    attempts = 0
-    sent: list[float] = []  # when each attempt was handed to a backend (added latency)
-    watch = gw.overlay
-    by_overlay = (
-        overlay_route.request_for(gw, headers, body, model, t0) if watch is not None else None
-    )
-    overlay: OverlayRequest | None = None
-    choice: GroupDecision | None = None
-    prefix: PrefixRequest | None = None
-    if by_overlay is not None:
-        overlay, session = by_overlay
-        preferred = None
-    else:
-        session = headers.get(gw.affinity_header) if gw.affinity_header else None
-        preferred = current.affinity.get(session, t0) if session else None
-        prefix = prefix_of(body, current.prefixes, gw.cfg.prefix_affinity, t0)
-    flow: Generator[Step, Feed, None] | None = None
-    who = None  # the key is read only where fair order ranks it (the flow's own test)
-    if fair_order_on(current.snapshot.settings, policy, overlay is not None):
-        who = fairness_key(gw.cfg.fairness_key, headers, remote, body)
-    metrics = gw.metrics
+    run = open_run(gw, ex, path, headers, remote, body, model, t0)
+    if run is not None:
+        await drive(run)
+
+
+async def drive(
+    run: RouteRun, att: Attempt | None = None, *, held: Hold | None = None, started: bool = False
+) -> None:
+    """`run` carried out as a coroutine: from its start, from its first step (`held`,
+    a hold), or from an attempt already booked (`att`; `started`: its `own.start` made,
+    its request to be sent again)."""
     try:
-        flow = request_flow(current, model, policy, preferred, overlay, who, prefix)
-        step = next(flow)
-        if isinstance(step, Hold):  # no coroutine for the common case, a step at once
-            step = await wait_in_queue(flow, step, current)
-        d = step.decision
-        if session and overlay is None:
-            metrics.affinity(preferred, d)
-        if prefix is not None:
-            metrics.prefix(prefix.outcome)
-        fwd = ex.forward()
-        while True:
-            if isinstance(step, Attempt | Refuse):
-                d = step.decision
-                metrics.decision(d)
-                gw.refusals.note(model, d.outcome)
-                if step.choice is not None and watch is not None:
-                    choice = step.choice
-                    overlay_route.count(watch, choice, attempts == 0, session is not None)
-            if isinstance(step, Refuse):
-                status, err, after = refusal(d)
-                ex.answer(status, err, after)
-                return
-            if isinstance(step, GiveUp):
-                status, err, after = given_up(step)
-                ex.answer(status, err, after)
-                return
-            assert isinstance(step, Attempt), step  # a Relay is carried out in _attempt
-            if step.after is not None:
-                metrics.retry(*step.after)
-            site = step.view.site
-            attempts += 1
-            child = tracer.attempt(span, step.decision, attempts) if tracer is not None else None
+        if att is None:
+            step = run.first() if held is None else held
+            if isinstance(step, Hold):  # no coroutine for the common case, a step at once
+                step = await wait_in_queue(run.flow, step, run.current)  # type: ignore[arg-type]
+            run.decided(step)
+            att = run.book(step)
+        while att is not None:
             got: int | Step | None = None
             try:
-                got = await _attempt(gw, ex, step, flow, body, fwd, sent, model, overlay)
+                got = await _attempt(run, att, started=started)
             finally:
-                if child is not None and tracer is not None:
-                    answered = got if isinstance(got, int) else None
-                    after_ = got.after if isinstance(got, Attempt) else None
-                    tracer.attempt_end(child, answered, None if after_ is None else after_[1])
+                run.attempt_end(got)
+            started = False
             if isinstance(got, int):
-                status = got
-                if session and status < 500:
-                    current.affinity.put(session, step.view.key, clock())
+                run.relayed(att, got)
                 return
-            step = got
+            att = run.book(got)
     finally:
-        if flow is not None:
-            flow.close()  # at once, not at garbage collection: an abandoned trial is freed
-        if sent:
-            metrics.added(sent[-1] - t0)
-        metrics.duration(site, status or 499, clock() - t0)
-        if span is not None and tracer is not None:
-            if overlay is not None:
-                overlay_route.trace(span, choice, overlay.table)
-            tracer.end(span, d, site, attempts, status, prefix)
+        run.finish()
 
 
 def prefix_of(
@@ -402,55 +540,60 @@ def failure_of(exc: upstream.UpstreamError) -> Failure:
     return Failure.BROKEN
 
 
-async def _attempt(
-    gw: Gateway,
-    ex: Exchange,
-    step: Attempt,
-    flow: Generator[Step, Feed, None],
-    body: bytes,
-    fwd: list[tuple[str, str]],
-    sent: list[float],
-    model: str,
-    overlay: OverlayRequest | None = None,
-) -> int | Step:
+async def _attempt(run: RouteRun, step: Attempt, *, started: bool = False) -> int | Step:
     """One attempt on one site: the relayed answer's status, or the flow's next step.
 
-    Exactly one `own.end` for its `own.start`, on every path (cancellation included).
+    Exactly one `own.end` for its `own.start`, on every path (cancellation included);
+    `started`: the data plane's `Splice` made the `own.start` and its send found the
+    kept-alive connection closed (the idle race): the request goes again here.
     A connection lost or refused before the answer (what a backend going away looks
     like) may have reached the backend; the flow retries it once elsewhere anyway:
     re-running a generation costs compute, a client error costs the request.
     Appends to `sent` when the request is handed to the backend pool (added latency).
     Under the overlay the relayed answer carries the choice's evidence headers."""
-    current = gw.current
+    gw = run.gw
+    ex = run.ex
+    flow = run.flow
+    assert flow is not None
+    current = run.current
     view = step.view
     key = view.key
     backend = gw.backends.by_key.get(key)
     own = current.own
     clock = current.clock
-    own.start(key, clock(), model)
+    model = run.model
+    if not started:
+        own.start(key, clock(), model)
     try:
         try:
             if backend is None:
                 # The config was reloaded between the decision and now: unreachable.
                 raise upstream.ConnectFailed("the site left the config")
-            sent.append(clock())
-            up = await backend.pool.request(ex.method, ex.target, fwd, body)
+            if not started:
+                run.sent.append(clock())
+            up = await backend.pool.request(ex.method, ex.target, run.fwd, run.body)
         except upstream.UpstreamError as exc:
             return flow.send(failure_of(exc))
         try:
             nxt = flow.send(Answered(up.status))
             if isinstance(nxt, Relay):
-                choice = step.choice
-                extra: Sequence[tuple[str, str]] = ()
-                if overlay is not None and choice is not None:
-                    extra = overlay_route.evidence(choice, overlay.table)
-                return await ex.relay(up, view, extra)
+                return await ex.relay(up, view, evidence(run, step))
             return nxt
         finally:
             up.release()
     finally:
         own.end(key, clock(), model)
         current.changes.wake()
+
+
+def evidence(run: RouteRun, step: Attempt) -> Sequence[tuple[str, str]]:
+    """The headers a relayed answer carries beyond the backend's: under the overlay,
+    the choice's evidence."""
+    choice = step.choice
+    overlay = run.overlay
+    if overlay is not None and choice is not None:
+        return overlay_route.evidence(choice, overlay.table)
+    return ()
 
 
 class _Answer(web.StreamResponse):

@@ -86,15 +86,19 @@ class Response:
         "chunked",
         "complete",
         "content_length",
+        "headed",
         "headers",
         "keep_alive",
         "reason",
         "status",
     )
 
-    def __init__(self, conn: _Conn, headers_done: asyncio.Future[None]) -> None:
+    def __init__(self, conn: _Conn, headers_done: asyncio.Future[None] | None) -> None:
         self._conn = conn
         self._headers_done = headers_done
+        """Set when the headers are in (None: a subclass that is told by `_headers_in`)."""
+        self.headed = False
+        """The answer's status and headers are in."""
         self._buf: deque[bytes] = deque()
         self._size = 0
         self._exc: BaseException | None = None
@@ -168,6 +172,23 @@ class Response:
             conn.close()
 
     # -- feeding (the connection's side) ---------------------------------------------
+    # `_headers_in`, `_feed`, `_ended`, `_fail` and `_flush` are what the connection
+    # tells its exchange; the data plane's `Splice` overrides them to write the answer
+    # to its client as it is parsed, with no reader and no future in between.
+
+    def _headers_in(self) -> None:
+        """The status and headers are in."""
+        self.headed = True
+        hd = self._headers_done
+        if hd is not None and not hd.done():
+            hd.set_result(None)
+
+    def _ended(self) -> None:
+        """The whole body is in (`complete` and `keep_alive` set)."""
+        self._wake()
+
+    def _flush(self) -> None:
+        """The end of one read from the socket (every callback of it has run)."""
 
     def _wake(self) -> None:
         w = self._waiter
@@ -195,7 +216,7 @@ class Response:
             return
         self._exc = exc
         hd = self._headers_done
-        if not hd.done():
+        if hd is not None and not hd.done():
             hd.set_exception(exc)
         self._wake()
 
@@ -238,6 +259,7 @@ class _Conn(asyncio.Protocol):
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             resp._fail(BodyError(f"malformed answer from the backend: {exc}"))
             self.close()
+        resp._flush()
 
     def eof_received(self) -> bool | None:
         return None  # close the transport; connection_lost says what it meant
@@ -249,10 +271,11 @@ class _Conn(asyncio.Protocol):
         resp = self.resp
         if resp is None or resp.complete or resp._exc is not None:
             return
-        if resp._headers_done.done():
+        if resp.headed:
             if resp.content_length is None and not resp.chunked and exc is None:
                 resp.complete = True  # a body delimited by the close itself
-                resp._wake()
+                resp._ended()
+                resp._flush()
             else:
                 resp._fail(BodyError("the backend closed the connection mid-answer"))
         elif exc is not None:
@@ -301,9 +324,7 @@ class _Conn(asyncio.Protocol):
         if self.head:  # httptools cannot skip the body: end here, never reuse
             resp.complete = True
             self.timer_s = None
-        hd = resp._headers_done
-        if not hd.done():
-            hd.set_result(None)
+        resp._headers_in()
 
     def on_body(self, body: bytes) -> None:
         resp = self.resp
@@ -317,7 +338,7 @@ class _Conn(asyncio.Protocol):
         resp.keep_alive = self.parser.should_keep_alive()
         resp.complete = True
         self.timer_s = None
-        resp._wake()
+        resp._ended()
 
     # -- timers and closing -----------------------------------------------------------
 
@@ -360,7 +381,7 @@ class _Conn(asyncio.Protocol):
         if not self.lost:
             self.lost = True
             resp = self.resp
-            if resp is not None and resp._headers_done.done():
+            if resp is not None and resp.headed:
                 resp._fail(BodyError("the connection was closed mid-answer"))
             if self.transport is not None:  # None: still connecting (connection_made aborts)
                 self.transport.abort()
@@ -462,23 +483,63 @@ class Pool:
         body: bytes,
         read_timeout_s: float | None,
     ) -> Response:
-        conn.head = method == "HEAD"
         headers_done: asyncio.Future[None] = self.loop.create_future()
         resp = Response(conn, headers_done)
-        conn.resp = resp
-        timeout_s = read_timeout_s if read_timeout_s is not None else self.read_timeout_s
         try:
             if conn.lost:
                 raise Disconnected("the backend closed the connection before the request left")
-            conn.transport.write(self._head(method, path_qs, headers, len(body)) + body)
-            if timeout_s is not None:
-                conn.arm(timeout_s)
+            self.send(conn, resp, method, path_qs, headers, body, read_timeout_s)
             await headers_done
         except BaseException:
             conn.resp = None
             conn.close()
             raise
         return resp
+
+    def send(
+        self,
+        conn: _Conn,
+        resp: Response,
+        method: str,
+        path_qs: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        read_timeout_s: float | None = None,
+    ) -> None:
+        """Write one request on `conn` (open, no exchange under way); what comes back
+        goes to `resp`, silences bounded by `read_timeout_s` (default: the pool's)."""
+        conn.head = method == "HEAD"
+        conn.resp = resp
+        conn.transport.write(self._head(method, path_qs, headers, len(body)) + body)
+        timeout_s = read_timeout_s if read_timeout_s is not None else self.read_timeout_s
+        if timeout_s is not None:
+            conn.arm(timeout_s)
+
+    def take_idle(self) -> _Conn | None:
+        """A kept-alive connection ready for a request now (the data plane's way to send
+        without waiting), or None: none idle, the pool closed, or requests already wait
+        for one (they go first)."""
+        if self._closed or self._waiters:
+            return None
+        return self._pop_idle()
+
+    def _pop_idle(self) -> _Conn | None:
+        """The most recently used idle connection still fit for a request, if any."""
+        idle = self._idle
+        now = self.loop.time()
+        while idle:
+            conn = idle.pop()
+            if conn.lost:
+                continue
+            if conn.transport.is_closing():  # the server's close is on its way in
+                conn.close()
+                continue
+            if now - conn.idle_since > KEEPALIVE_S:
+                conn.close()
+                continue
+            conn.reused = True
+            return conn
+        return None
 
     def _head(self, method: str, path_qs: str, headers: list[tuple[str, str]], n: int) -> bytes:
         """The request's head: the start line and `Host` (cached per path), the
@@ -500,19 +561,8 @@ class Pool:
         while True:
             if self._closed:
                 raise ConnectFailed("the backend's pool is closed (config reloaded)")
-            idle = self._idle
-            now = self.loop.time()
-            while idle:
-                conn = idle.pop()
-                if conn.lost:
-                    continue
-                if conn.transport.is_closing():  # the server's close is on its way in
-                    conn.close()
-                    continue
-                if now - conn.idle_since > KEEPALIVE_S:
-                    conn.close()
-                    continue
-                conn.reused = True
+            conn = self._pop_idle()
+            if conn is not None:
                 return conn
             if over_limit or len(self._open) < self.limit:  # a probe never queues behind traffic
                 return await self._connect()

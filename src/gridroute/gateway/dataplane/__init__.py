@@ -7,10 +7,13 @@ for its end, one regular expression over its lines), and a plain routed request
     POST <one of app.ROUTED_PATHS>[?query] HTTP/1.1, Content-Length (no chunked body,
     no Expect, no Upgrade), a head under 8 KiB and 100 lines
 
-runs the same request flow as `proxy.handle`, through the one `proxy.route` both share
-(`core/flow.py`: routing, fair order, the overlay, ejection, retries, metrics, traces)
-without building a request or response
-object: its body is sliced from the bytes received, its `model` parsed as
+runs the same request flow as `proxy.handle`, through the one `proxy.RouteRun` both
+share (`core/flow.py`: routing, fair order, the overlay, ejection, retries, metrics,
+traces) without building a request or response object. When the flow's first step is
+an attempt and the chosen backend has an idle kept-alive connection (the steady state),
+the attempt runs in callbacks (`splice.py`: no task, no future, the answer written as
+it is parsed); anything that has to wait (a hold, a connect, a retry) continues in a
+task (`proxy.drive`) from where it got. In both: its body is sliced from the bytes received, its `model` parsed as
 `request_body.parse_model` does, the backend's answer written back through the same
 keep-alive pools (`gateway/upstream.py`), its head in one write with the first bytes
 of the body. Anything else (another path or method, a chunked or `Expect` body, a head
@@ -34,7 +37,8 @@ connections, one `ClientErrors`):
 The timers are lazy: a connection has one timer handle and a deadline; a request moves
 the deadline and the timer re-arms itself when it fires early, so nothing is armed or
 cancelled per request. A client that goes away cancels its request's task (as
-aiohttp's `handler_cancellation`), which closes the upstream connection.
+aiohttp's `handler_cancellation`), or its callback attempt, which closes the upstream
+connection.
 """
 
 from gridroute.gateway.dataplane.answer import Headers

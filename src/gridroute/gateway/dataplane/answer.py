@@ -10,13 +10,15 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any
 
 from gridroute.core import SiteView
+from gridroute.core.flow import Hold
 from gridroute.gateway import proxy, upstream
+from gridroute.gateway.dataplane import splice
 from gridroute.gateway.request_body import parse_model
 from gridroute.gateway.runtime import Gateway
 from gridroute.inbound.client_errors import Kind
@@ -95,6 +97,7 @@ class Serving:
     """What a connection does with one request it read (the listener's `Conn`)."""
 
     gw: Gateway
+    loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     state: State
     close_after: bool
@@ -106,6 +109,9 @@ class Serving:
     headers: Headers | None
     remote: str | None
     peer: str | None
+    task: asyncio.Task[None] | None
+    splice: splice.Splice | None
+    """The attempt under way in callbacks, if any (the client's events go to it)."""
 
     def abort(self) -> None:
         raise NotImplementedError
@@ -124,10 +130,12 @@ class Serving:
         self.written = True
         self.transport.write(answer_bytes(status, body, retry_after, close=close, extra=extra))
 
-    async def _serve(self, headers: Headers, body: bytes) -> None:
-        """`proxy.handle`'s checks on this connection's bytes, then `proxy.route` (one
-        coroutine deep: every level of awaits costs on each suspension)."""
+    def begin(self, headers: Headers, body: bytes) -> None:
+        """`proxy.handle`'s checks on this connection's bytes, then the request's run:
+        in callbacks (`splice`) when its first step is an attempt on a backend with an
+        idle kept-alive connection, else in a task (`proxy.drive`) from where it got."""
         gw = self.gw
+        run: proxy.RouteRun | None = None
         try:
             t0 = gw.current.monotonic()
             target = self.target
@@ -138,34 +146,73 @@ class Serving:
             ):
                 gw.client_errors.note(Kind.UNAUTHORIZED, path[:100], self.remote)
                 self.write_answer(401, errs.UNAUTHORIZED, extra="WWW-Authenticate: Bearer\r\n")
+                self._done()
                 return
             if gw.draining:
                 self.close_after = True
                 self.write_answer(503, errs.SHUTTING_DOWN, 1)
+                self._done()
                 return
             got = parse_model(body)
             if isinstance(got, tuple):
                 kind, error = got
                 gw.client_errors.note(kind, "", self.remote)
                 self.write_answer(400, error)
+                self._done()
                 return
-            await proxy.route(gw, self, path, headers, self.remote, body, got, t0)
+            run = proxy.open_run(gw, self, path, headers, self.remote, body, got, t0)
+            if run is None:
+                self._done()
+                return
+            step = run.first()
+            if isinstance(step, Hold):
+                self.carry_on(proxy.drive(run, held=step))
+                return
+            run.decided(step)
+            att = run.book(step)
+            if att is None:
+                run.finish()
+                self._done()
+                return
+            if not splice.start(self, run, att):
+                self.carry_on(proxy.drive(run, att))
+        except Exception as exc:
+            self.splice = None
+            if run is not None:
+                run.finish()
+            self.fail(exc)
+            self._done()
+
+    def carry_on(self, work: Coroutine[Any, Any, None]) -> None:
+        """The rest of the request in a task (`_carry`)."""
+        self.task = self.loop.create_task(self._carry(work))
+
+    async def _carry(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
         except asyncio.CancelledError:
             raise
-        except ConnectionError:
-            self.abort()
-        except Exception as exc:  # a bug: answer 500 once, as aiohttp's handle_error
-            errors = gw.client_errors
-            errors.note(Kind.INTERNAL, f"{type(exc).__name__}: {exc}", self.peer)
-            if errors.counts[Kind.INTERNAL] == 1:
-                log.error("first internal error of this process", exc_info=exc)
-            if self.written or self.state is State.GONE:
-                self.abort()
-            else:
-                self.close_after = True
-                self.write_answer(500, errs.INTERNAL)
+        except Exception as exc:
+            self.fail(exc)
         finally:
             self._done()
+
+    def fail(self, exc: Exception) -> None:
+        """A fault while serving: the client left (`ConnectionError`: cut), else a bug,
+        answered 500 once (logged the first time), as aiohttp's `handle_error`."""
+        if isinstance(exc, ConnectionError):
+            self.abort()
+            return
+        gw = self.gw
+        errors = gw.client_errors
+        errors.note(Kind.INTERNAL, f"{type(exc).__name__}: {exc}", self.peer)
+        if errors.counts[Kind.INTERNAL] == 1:
+            log.error("first internal error of this process", exc_info=exc)
+        if self.written or self.state is State.GONE:
+            self.abort()
+        else:
+            self.close_after = True
+            self.write_answer(500, errs.INTERNAL)
 
     def forward(self) -> list[tuple[str, str]]:
         headers = self.headers

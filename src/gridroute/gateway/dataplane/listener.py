@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from gridroute.gateway.dataplane.answer import Headers, Serving, State, answer_bytes
+from gridroute.gateway.dataplane.splice import Splice
 from gridroute.gateway.runtime import Gateway
 from gridroute.inbound.client_errors import Kind
 from gridroute.inbound.guard import raw_response
@@ -85,6 +86,7 @@ class Conn(Serving, asyncio.Protocol):
         self.deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
+        self.splice: Splice | None = None
         self.paused = False
         self._drain: asyncio.Future[None] | None = None
         self.close_after = False
@@ -130,13 +132,22 @@ class Conn(Serving, asyncio.Protocol):
             self._timer = None
         if self.task is not None and not self.task.done():
             self.task.cancel()  # the client left: stop the upstream too
+        sp = self.splice
+        if sp is not None:
+            sp.client_gone()
         self._wake_drain()
 
     def pause_writing(self) -> None:
         self.paused = True
+        sp = self.splice
+        if sp is not None:
+            sp.pause()
 
     def resume_writing(self) -> None:
         self.paused = False
+        sp = self.splice
+        if sp is not None:
+            sp.resume()
         self._wake_drain()
 
     def _wake_drain(self) -> None:
@@ -278,7 +289,7 @@ class Conn(Serving, asyncio.Protocol):
         headers = self.headers
         assert headers is not None
         self.written = False
-        self.task = self.loop.create_task(self._serve(headers, body))
+        self.loop.call_soon(self.begin, headers, body)
 
     def _hand_off(self) -> None:
         """From now on aiohttp's guarded handler owns this connection (and gets every
