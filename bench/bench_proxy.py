@@ -249,10 +249,16 @@ http {{
 
 
 def gridroute_args(
-    tmp: Path, port: int, backend: int, metrics: int, workers: int = 1, *, dataplane: bool = False
+    tmp: Path,
+    port: int,
+    backend: int,
+    metrics: int,
+    workers: int = 1,
+    *,
+    dataplane: bool | None = None,
 ) -> list[str]:
-    """gridroute's command line and config; `dataplane` serves the routed paths on the
-    raw-protocol listener (`listener.dataplane`)."""
+    """gridroute's command line and config; `dataplane` sets `listener.dataplane` (the
+    raw-protocol listener for the routed paths; None: the default, which is on)."""
     url = f"http://127.0.0.1:{backend}"
     cfg = tmp / f"gateway-{port}.yaml"
     sites = "\n".join(f"  - {{name: {s}, backend_url: '{url}'}}" for s in ("hub", "west", "east"))
@@ -261,7 +267,7 @@ def gridroute_args(
         f"operator: {{url: '{url}', poll_interval_s: 1.0}}\n"
         f"sites:\n{sites}\nmodels: [{{name: m}}]\n"
         f"metrics: {{listen: '127.0.0.1:{metrics}'}}\n"
-        + ("listener: {dataplane: true}\n" if dataplane else "")
+        + ("" if dataplane is None else f"listener: {{dataplane: {str(dataplane).lower()}}}\n")
     )
     return [str(Path(PY).with_name("gridroute")), "gateway", "--config", str(cfg)]
 
@@ -329,7 +335,8 @@ def proxy_targets(
     base = [PY, str(HERE / "baseline_proxy.py"), str(p), f"http://127.0.0.1:{backend}"]
     out.append(Target("aiohttp baseline", base, p))
     p, m = free_port(), free_port()
-    out.append(Target("gridroute", gridroute_args(tmp, p, backend, m), p, None, 1.5, m))
+    args = gridroute_args(tmp, p, backend, m, dataplane=False)
+    out.append(Target("gridroute", args, p, None, 1.5, m))  # aiohttp's listener
     p, m = free_port(), free_port()
     args = gridroute_args(tmp, p, backend, m, dataplane=True)
     out.append(Target("gridroute dataplane", args, p, None, 1.5, m))
