@@ -13,14 +13,14 @@ traces) without building a request or response object. When the flow's first ste
 an attempt and the chosen backend has an idle kept-alive connection (the steady state),
 the attempt runs in callbacks (`splice.py`: no task, no future, the answer written as
 it is parsed); anything that has to wait (a hold, a connect, a retry) continues in a
-task (`proxy.drive`) from where it got. In both: its body is sliced from the bytes received, its `model` parsed as
-`request_body.parse_model` does, the backend's answer written back through the same
-keep-alive pools (`gateway/upstream.py`), its head in one write with the first bytes
-of the body. Anything else (another path or method, a chunked or `Expect` body, a head
-that does not parse, a huge head) hands the connection, with every byte it sent so
-far, to aiohttp's guarded handler (`inbound/guard.py`), which then owns it for good:
-admin, status, the dashboard and every 400/404/405/431 answer are aiohttp's, as
-without this listener.
+task (`proxy.drive`) from where it got. In both: its body is sliced from the bytes
+received, its `model` parsed as `request_body.parse_model` does, the backend's answer
+written back through the same keep-alive pools (`gateway/upstream.py`), its head in one
+write with the first bytes of the body. Anything else (another path or method, a
+chunked or `Expect` body, a head that does not parse, a huge head) hands the
+connection, with every byte it sent so far, to aiohttp's guarded handler
+(`inbound/guard.py`), which then owns it for good: admin, status, the dashboard and
+every 400/404/405/431 answer are aiohttp's, as without this listener.
 
 The listener's bounds are the guard's, on the same `Guard` (one count of open
 connections, one `ClientErrors`):
