@@ -86,7 +86,7 @@ def error_response(status: int, body: bytes, retry_after: int | None = None) -> 
     return web.Response(status=status, body=body, content_type=errs.CONTENT_TYPE, headers=headers)
 
 
-_REQUEST_ONLY = _HOP_BY_HOP | {"content-encoding"}
+REQUEST_ONLY = _HOP_BY_HOP | {"content-encoding"}
 """... and, on a request, `Content-Encoding`: aiohttp's server decodes a compressed
 request body (and the data plane hands such a request to it), so what is forwarded is
 the decoded body; relayed with the client's `Content-Encoding: gzip`, the backend read
@@ -94,12 +94,12 @@ plain JSON as gzip (found by review: the fake backend answered 500)."""
 
 
 def _strip_set(conn: str | None) -> frozenset[str]:
-    """A request's hop-by-hop headers (`_REQUEST_ONLY`), plus any the client's
+    """A request's hop-by-hop headers (`REQUEST_ONLY`), plus any the client's
     `Connection` header (`conn`) names."""
     if not conn:
-        return _REQUEST_ONLY
+        return REQUEST_ONLY
     extra = {t.strip().lower() for t in conn.split(",")} - {"close", "keep-alive", ""}
-    return _REQUEST_ONLY | extra if extra else _REQUEST_ONLY
+    return REQUEST_ONLY | extra if extra else REQUEST_ONLY
 
 
 def forward_headers(request: web.Request) -> list[tuple[str, str]]:
@@ -121,6 +121,10 @@ def forward_header_list(
         out.append((k, v))
     return out
 
+
+Forwarded = list[tuple[str, str]] | bytes
+"""The request headers that go upstream: (name, value) pairs, or (the data plane,
+which builds them while it parses the head) those pairs as the lines of a head."""
 
 Answer = tuple[int, bytes, int | None]
 """One of the gateway's own answers: status, OpenAI error body, Retry-After (or None)."""
@@ -188,7 +192,7 @@ class Exchange(Protocol):
     target: str
     """The path and query as sent (what goes upstream)."""
 
-    def forward(self) -> list[tuple[str, str]]:
+    def forward(self) -> Forwarded:
         """The headers to send upstream (`forward_header_list`)."""
         ...
 
@@ -316,7 +320,7 @@ class RouteRun:
         self.sent: list[float] = []  # when each attempt was handed to a backend
         self.finished = False
         self.flow: Generator[Step, Feed, None] | None = None
-        self.fwd: list[tuple[str, str]] = []
+        self.fwd: Forwarded = []
         watch = self.watch = gw.overlay
         by_overlay = (
             overlay_route.request_for(gw, headers, body, model, t0) if watch is not None else None

@@ -440,7 +440,7 @@ class Pool:
         self,
         method: str,
         path_qs: str,
-        headers: list[tuple[str, str]],
+        headers: list[tuple[str, str]] | bytes,
         body: bytes,
         read_timeout_s: float | None = None,
         *,
@@ -479,7 +479,7 @@ class Pool:
         conn: _Conn,
         method: str,
         path_qs: str,
-        headers: list[tuple[str, str]],
+        headers: list[tuple[str, str]] | bytes,
         body: bytes,
         read_timeout_s: float | None,
     ) -> Response:
@@ -502,7 +502,7 @@ class Pool:
         resp: Response,
         method: str,
         path_qs: str,
-        headers: list[tuple[str, str]],
+        headers: list[tuple[str, str]] | bytes,
         body: bytes,
         read_timeout_s: float | None = None,
     ) -> None:
@@ -541,19 +541,25 @@ class Pool:
             return conn
         return None
 
-    def _head(self, method: str, path_qs: str, headers: list[tuple[str, str]], n: int) -> bytes:
+    def _head(
+        self, method: str, path_qs: str, headers: list[tuple[str, str]] | bytes, n: int
+    ) -> bytes:
         """The request's head: the start line and `Host` (cached per path), the
-        forwarded headers, and `Content-Length`; nothing else is added."""
+        forwarded headers (pairs, or already the lines of a head), and `Content-Length`;
+        nothing else is added."""
         start = self._starts.get((method, path_qs))
         if start is None:
             line = f"{method} {self.prefix}{path_qs} HTTP/1.1\r\nHost: {self.host_header}\r\n"
             start = line.encode("utf-8", "surrogateescape")
             if len(self._starts) < 64:
                 self._starts[(method, path_qs)] = start
+        framing = (
+            b"Content-Length: %d\r\n\r\n" % n if n or method not in ("GET", "HEAD") else b"\r\n"
+        )
+        if isinstance(headers, bytes):
+            return start + headers + framing
         lines = "".join([f"{k}: {v}\r\n" for k, v in headers])
-        if n or method not in ("GET", "HEAD"):
-            lines += f"Content-Length: {n}\r\n"
-        return start + (lines + "\r\n").encode("utf-8", "surrogateescape")
+        return start + lines.encode("utf-8", "surrogateescape") + framing
 
     # -- the pool ---------------------------------------------------------------------
 

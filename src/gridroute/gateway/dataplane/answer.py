@@ -40,15 +40,19 @@ class State(enum.Enum):
 
 class Headers(dict[str, str]):
     """A request's headers: lower-case name -> first value (`get` takes any case),
-    with `raw`, the (name, value) pairs in order as sent."""
+    with `raw`, the (name, value) pairs in order as sent, and `fwd`, the forwarded
+    ones as the lines of a head, when the listener built them while parsing."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("fwd", "raw")
 
-    def __init__(self, raw: list[tuple[str, str]]) -> None:
-        super().__init__()
+    def __init__(self, raw: list[tuple[str, str]], first: dict[str, str] | None = None) -> None:
+        if first is None:
+            first = {}
+            for k, v in raw:
+                first.setdefault(k.lower(), v)
+        super().__init__(first)
         self.raw = raw
-        for k, v in raw:
-            self.setdefault(k.lower(), v)
+        self.fwd: bytes | None = None
 
     def get(self, key: str, default: Any = None) -> Any:
         return dict.get(self, key.lower(), default)
@@ -214,9 +218,11 @@ class Serving:
             self.close_after = True
             self.write_answer(500, errs.INTERNAL)
 
-    def forward(self) -> list[tuple[str, str]]:
+    def forward(self) -> proxy.Forwarded:
         headers = self.headers
         assert headers is not None
+        if headers.fwd is not None:
+            return headers.fwd
         return proxy.forward_header_list(headers.raw, headers.get("connection"))
 
     def answer(self, status: int, body: bytes, retry_after: int | None = None) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gridroute.gateway import proxy
 from gridroute.gateway.dataplane.answer import Headers, Serving, State, answer_bytes
 from gridroute.gateway.dataplane.splice import Splice
 from gridroute.gateway.runtime import Gateway
@@ -25,6 +26,8 @@ MAX_HEAD = 8190
 MAX_HEADERS = 100
 """A head with more header lines goes to aiohttp (its limit, 128, answers 431)."""
 
+_STRIP = proxy.REQUEST_ONLY
+"""Request headers never forwarded (hop-by-hop ones and `Content-Encoding`)."""
 _REQUEST_LINE = re.compile(rb"([A-Z]+) (/[!-~]*) HTTP/1\.1")
 _HEADER_LINES = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\t -~\x80-\xff]*\r\n)*")
 """Every header line a token, a colon and a value without control characters: a head
@@ -217,12 +220,18 @@ class Conn(Serving, asyncio.Protocol):
             self._hand_off()
             return
         raw: list[tuple[str, str]] = []
+        first: dict[str, str] = {}
+        fwd: list[bytes] = []  # the lines to send upstream (`proxy.forward_header_list`)
+        strip = _STRIP
         length = -1
         for hline in buf[line_end + 2 : end].split(b"\r\n"):
             k, _, v = hline.partition(b":")
             name = k.decode("latin-1")
             lk = name.lower()
-            value = v.strip(b" \t").decode("utf-8", "surrogateescape")
+            vb = v.strip(b" \t")
+            value = vb.decode("utf-8", "surrogateescape")
+            if lk not in strip and not lk.startswith("x-grid-"):
+                fwd.append(k + b": " + vb + b"\r\n")
             if lk == "content-length":
                 if length >= 0 or not value.isdigit():
                     self._hand_off()  # two lengths, or not a number: aiohttp's 400
@@ -234,14 +243,20 @@ class Conn(Serving, asyncio.Protocol):
                 self._hand_off()
                 return
             raw.append((name, value))
+            if lk not in first:
+                first[lk] = value
         if length < 0:
             self._hand_off()
             return
         self.method = "POST"
         self.target = target.decode("utf-8", "surrogateescape")
-        headers = self.headers = Headers(raw)
-        conn = headers.get("connection")
-        self.close_after = conn is not None and "close" in conn.lower()
+        headers = self.headers = Headers(raw, first)
+        conn = first.get("connection")
+        if conn is None:
+            self.close_after = False
+            headers.fwd = b"".join(fwd)
+        else:  # it may name more hop-by-hop headers: `forward` filters the slow way
+            self.close_after = "close" in conn.lower()
         gw = self.gw
         if length > gw.max_body:
             self._too_large(headers, length)
