@@ -8,6 +8,7 @@ the same round. Used to measure one change at a time.
 
     .venv/bin/python bench/bench_ab.py plain --rev HEAD~1 [--rounds 4] [--seconds 4]
     .venv/bin/python bench/bench_ab.py sse --rev HEAD~1
+    .venv/bin/python bench/bench_ab.py plain --rev HEAD~1 --nginx   # nginx in each round too
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from bench_proxy import (
     PY,
     STREAM_BODY,
     drive,
+    ensure_nginx,
     free_port,
     gridroute_args,
+    nginx_args,
     start,
     stop,
     tree_cpu_split,
@@ -38,9 +41,12 @@ from bench_proxy import (
 NAMES = ("baseline", "rev", "tree")
 
 
-def run_rounds(kind: str, src: Path, rounds: int, seconds: float, conns: int) -> None:
+def run_rounds(
+    kind: str, src: Path, rounds: int, seconds: float, conns: int, nginx: str | None = None
+) -> None:
     body = STREAM_BODY if kind == "sse" else BODY
-    res: dict[str, list[tuple[float, float, float]]] = {n: [] for n in NAMES}
+    names = (*NAMES, "nginx") if nginx else NAMES
+    res: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         bport = free_port()
@@ -49,9 +55,12 @@ def run_rounds(kind: str, src: Path, rounds: int, seconds: float, conns: int) ->
         wait_port(bport)
         try:
             for r in range(rounds):
-                for name in NAMES:
+                for name in names:
                     port = free_port()
-                    if name == "baseline":
+                    if name == "nginx":
+                        assert nginx is not None
+                        args, settle = nginx_args(nginx, tmp, port, bport), 0.3
+                    elif name == "baseline":
                         url = f"http://127.0.0.1:{bport}"
                         args, settle = [PY, str(HERE / "baseline_proxy.py"), str(port), url], 0.3
                     else:
@@ -91,7 +100,7 @@ def run_rounds(kind: str, src: Path, rounds: int, seconds: float, conns: int) ->
         return sorted(xs)[len(xs) // 2]
 
     print(f"\n{kind}: medians over {rounds} rounds of {seconds:.0f} s, {conns} connections")
-    for name in NAMES:
+    for name in names:
         rows = res[name]
         ratio = med([x[0] / b[0] for x, b in zip(rows, res["baseline"], strict=True)])
         print(
@@ -99,6 +108,14 @@ def run_rounds(kind: str, src: Path, rounds: int, seconds: float, conns: int) ->
             f" (user {med([x[2] for x in rows]):.0f})"
             f"  {ratio:.2f}x baseline  (us per round: {[round(x[1]) for x in rows]})"
         )
+    if nginx:
+        for name in ("rev", "tree"):
+            per = [x[1] / n[1] for x, n in zip(res[name], res["nginx"], strict=True)]
+            rps = [x[0] / n[0] for x, n in zip(res[name], res["nginx"], strict=True)]
+            print(
+                f"{name} / nginx: CPU per request {med(per):.2f}x, req/s {med(rps):.2f}x"
+                f" (medians of the rounds' ratios; CPU per round: {[round(r, 2) for r in per]})"
+            )
 
 
 def main() -> None:
@@ -108,6 +125,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--nginx", action="store_true", help="nginx in every round too")
     a = ap.parse_args()
     if (os.cpu_count() or 1) < 2:
         sys.exit("needs two cores: the proxy on one, backend and load on the other")
@@ -120,7 +138,10 @@ def main() -> None:
             ["git", "archive", a.rev, "src"], cwd=HERE.parent, check=True, capture_output=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", d], input=archive, check=True)
-        run_rounds(a.kind, Path(d) / "src", a.rounds, a.seconds, a.connections)
+        exe = ensure_nginx() if a.nginx else None
+        if a.nginx and exe is None:
+            sys.exit("nginx is not installed and could not be")
+        run_rounds(a.kind, Path(d) / "src", a.rounds, a.seconds, a.connections, exe)
 
 
 if __name__ == "__main__":
