@@ -1,15 +1,19 @@
 """An attempt carried out in callbacks: the request written on a kept-alive backend
 connection, its answer written to the client as the backend's bytes are parsed.
 
-Why: on the data plane, a routed request that went through a task and the coroutine
-chain `drive` -> `_attempt` -> `Pool.request` -> a headers future -> `relay` spent
-about a quarter of its CPU suspending and resuming that chain (py-spy, BENCHMARKS.md
-"Proxy hot path"), more than the flow and the selection together. Most requests need
-none of it: the flow's first step is an attempt, a kept-alive connection to the
-chosen backend is idle, and the answer comes back in a read or a few. `Splice` is that
-case as callbacks on the two connections; the flow's glue is the same `RouteRun` the
-coroutine driver runs, so the metrics, refusal counts, affinity, trace and `own`
-accounting are the same on both.
+Why: on the data plane, py-spy charged about a quarter of a routed request's samples
+to the await lines of the chain a task ran it through (`drive` -> `_attempt` ->
+`Pool.request` -> a headers future -> `relay`), and most requests need none of it: the
+flow's first step is an attempt, a kept-alive connection to the chosen backend is
+idle, and the answer comes back in a read or a few. `Splice` is that case as callbacks
+on the two connections; the flow's glue is the same `RouteRun` the coroutine driver
+runs, so the metrics, refusal counts, affinity, trace and `own` accounting are the same
+on both. Measured interleaved against the task path, the gain is smaller than that
+profile suggested (BENCHMARKS.md, "Proxy hot path, third round"), and it needs the
+loop's batching kept: each request's run starts from `call_soon` after the reads of
+its loop pass, and each answer's write waits for the backend reads of its pass
+(`_flush`); run inline, one request at a time, the callback path was slower than the
+task path (126 against 111 us per request), its code and data colder per request.
 
 Everything else goes to the coroutine driver (`proxy.drive`) from the point it was
 reached, with the run's bookkeeping as it stands: a hold, a backend with no idle
