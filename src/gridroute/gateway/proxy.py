@@ -185,7 +185,7 @@ def unauthorized(gw: Gateway, request: web.Request) -> web.Response:
 
 
 class Exchange(Protocol):
-    """One request as a listener holds it, for `route`: aiohttp's (`_Web` here) or the
+    """One request as a listener holds it, for `RouteRun`: aiohttp's (`_Web` here) or the
     data plane's (`dataplane.answer.Serving`)."""
 
     method: str
@@ -246,7 +246,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         return got
     body, model = got
     ex = _Web(request)
-    await route(gw, ex, request.path, request.headers, request.remote, body, model, t0)
+    run = open_run(gw, ex, request.path, request.headers, request.remote, body, model, t0)
+    if run is not None:
+        await drive(run)
     assert ex.resp is not None
     return ex.resp
 
@@ -439,31 +441,14 @@ def open_run(
     model: str,
     t0: float,
 ) -> RouteRun | None:
-    """The request's run, or None with 404 answered for a model no policy names."""
+    """The request's run (the flow of one request whose body and `model` are read, for
+    either listener), or None with 404 answered for a model no policy names."""
     policy = gw.current.routing.policies.get(model)
     if policy is None:
         gw.metrics.duration("", 404, gw.current.monotonic() - t0)
         ex.answer(404, errs.MODEL_NOT_FOUND)
         return None
     return RouteRun(gw, ex, path, headers, remote, body, model, t0, policy)
-
-
-async def route(
-    gw: Gateway,
-    ex: Exchange,
-    path: str,
-    headers: Mapping[str, str],
-    remote: str | None,
-    body: bytes,
-    model: str,
-    t0: float,
-) -> None:
-    """The request flow of one request whose body and `model` are read, for either
-    listener: the decision, the attempts, the answer through `ex`, and the metrics,
-    refusal counts, affinity and trace of it, on every path."""
-    run = open_run(gw, ex, path, headers, remote, body, model, t0)
-    if run is not None:
-        await drive(run)
 
 
 async def drive(

@@ -162,14 +162,24 @@ class Response:
         conn = self._conn
         if conn.resp is not self:
             return
+        if not (self.complete and self.keep_alive and self._exc is None and not conn.lost):
+            self.drop()
+            return
         conn.resp = None
         conn.timer_s = None
-        if self.complete and self.keep_alive and self._exc is None and not conn.lost:
-            if self._paused:
-                self._resume()
-            conn.pool.put_back(conn)
-        else:
-            conn.close()
+        if self._paused:
+            self._resume()
+        conn.pool.put_back(conn)
+
+    def drop(self) -> None:
+        """Close the connection now if this exchange still holds it (an answer left
+        half-way is never reused)."""
+        conn = self._conn
+        if conn.resp is not self:
+            return
+        conn.resp = None
+        conn.timer_s = None
+        conn.close()
 
     # -- feeding (the connection's side) ---------------------------------------------
     # `_headers_in`, `_feed`, `_ended`, `_fail` and `_flush` are what the connection

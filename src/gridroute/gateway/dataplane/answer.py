@@ -1,6 +1,6 @@
 """The data plane's answers: a request's headers, the gateway's own JSON answers, and
 `Serving`, one connection's side of the request path: the checks before the flow, then
-`proxy.route` (the flow both listeners share) with this connection as its `Exchange`
+`proxy.RouteRun` (the flow both listeners share) with this connection as its `Exchange`
 (`listener.Conn` is one).
 """
 

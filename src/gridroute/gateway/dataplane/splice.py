@@ -219,17 +219,10 @@ class Splice(upstream.Response):
     def _detach(self, *, reuse: bool) -> None:
         """This exchange is over on its backend connection: back to the pool (`reuse`,
         a complete answer the server keeps alive) or closed."""
-        conn = self._conn
-        if conn.resp is not self:
-            return
-        conn.resp = None
-        conn.timer_s = None
-        if reuse and not conn.lost:
-            if self._paused:
-                self._resume()
-            conn.pool.put_back(conn)
+        if reuse:
+            self.release()
         else:
-            conn.close()
+            self.drop()
 
     def _own_end(self) -> None:
         if not self.owned:
