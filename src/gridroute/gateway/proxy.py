@@ -278,6 +278,7 @@ class RouteRun:
         "headers",
         "model",
         "overlay",
+        "owed",
         "policy",
         "preferred",
         "prefix",
@@ -321,6 +322,8 @@ class RouteRun:
         self.attempts = 0
         self.sent: list[float] = []  # when each attempt was handed to a backend
         self.finished = False
+        self.owed: Attempt | None = None
+        """An attempt whose `own.start` was made and whose `own.end` is the driver's."""
         self.flow: Generator[Step, Feed, None] | None = None
         self.fwd: Forwarded = []
         watch = self.watch = gw.overlay
@@ -410,6 +413,15 @@ class RouteRun:
         session = self.session
         if session and status < 500:
             self.current.affinity.put(session, att.view.key, self.current.monotonic())
+
+    def abandon(self) -> None:
+        """The driver's task was cancelled before it ran: settle what it owed."""
+        owed, self.owed = self.owed, None
+        if owed is not None:
+            self.current.own.end(owed.view.key, self.current.clock(), self.model)
+            self.current.changes.wake()
+        self.attempt_end(None)
+        self.finish()
 
     def finish(self) -> None:
         """Metrics, trace and the flow's end, on every path (a second call does nothing)."""
@@ -553,6 +565,8 @@ async def _attempt(run: RouteRun, step: Attempt, *, started: bool = False) -> in
     model = run.model
     if not started:
         own.start(key, clock(), model)
+    else:
+        run.owed = None  # this attempt's own.end is made below
     try:
         try:
             if backend is None:
@@ -560,7 +574,7 @@ async def _attempt(run: RouteRun, step: Attempt, *, started: bool = False) -> in
                 raise upstream.ConnectFailed("the site left the config")
             if not started:
                 run.sent.append(clock())
-            up = await backend.pool.request(ex.method, ex.target, run.fwd, run.body)
+            up = await backend.pool.request(ex.method, ex.target, run.fwd, run.body, resend=started)
         except upstream.UpstreamError as exc:
             return flow.send(failure_of(exc))
         try:

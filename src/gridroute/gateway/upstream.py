@@ -455,6 +455,7 @@ class Pool:
         read_timeout_s: float | None = None,
         *,
         over_limit: bool = False,
+        resend: bool = False,
     ) -> Response:
         """Send one request; return once the answer's status and headers are in.
 
@@ -468,6 +469,8 @@ class Pool:
         more on a new connection, as the gateway would retry it elsewhere anyway, if the
         close came within `RESEND_WITHIN_S` (the race shows within a round trip; a
         close after longer may follow work done on the request)."""
+        if resend:  # the idle race's second send, its first made by the data plane's `Splice`
+            return await self._resend(method, path_qs, headers, body, read_timeout_s, over_limit)
         conn = await self._acquire(over_limit)
         if not conn.reused:
             return await self._exchange(conn, method, path_qs, headers, body, read_timeout_s)
@@ -478,6 +481,19 @@ class Pool:
             if self.loop.time() - sent > RESEND_WITHIN_S:
                 raise  # it had time to be worked on: not the idle race
             self.stale += 1
+        return await self._resend(method, path_qs, headers, body, read_timeout_s, over_limit)
+
+    async def _resend(
+        self,
+        method: str,
+        path_qs: str,
+        headers: list[tuple[str, str]] | bytes,
+        body: bytes,
+        read_timeout_s: float | None,
+        over_limit: bool,
+    ) -> Response:
+        """The idle race's second send: on a new connection while under the limit (an
+        idle one may be as stale as the first), else the next one free."""
         if len(self._open) < self.limit or over_limit:
             conn = await self._connect()
         else:
@@ -527,8 +543,9 @@ class Pool:
 
     def take_idle(self) -> _Conn | None:
         """A kept-alive connection ready for a request now (the data plane's way to send
-        without waiting), or None: none idle, the pool closed, or requests already wait
-        for one (they go first)."""
+        without waiting), or None: none idle, the pool closed, or requests queued for
+        one (they go first; a waiter already woken can still lose the connection to
+        this, as it can to `_acquire`, and queues again)."""
         if self._closed or self._waiters:
             return None
         return self._pop_idle()

@@ -138,6 +138,8 @@ class Serving:
         """`proxy.handle`'s checks on this connection's bytes, then the request's run:
         in callbacks (`splice`) when its first step is an attempt on a backend with an
         idle kept-alive connection, else in a task (`proxy.drive`) from where it got."""
+        if self.state is State.GONE:
+            return  # the client left before its turn: nothing was started for it
         gw = self.gw
         run: proxy.RouteRun | None = None
         try:
@@ -170,7 +172,7 @@ class Serving:
                 return
             step = run.first()
             if isinstance(step, Hold):
-                self.carry_on(proxy.drive(run, held=step))
+                self.carry_on(proxy.drive(run, held=step), run)
                 return
             run.decided(step)
             att = run.book(step)
@@ -179,17 +181,27 @@ class Serving:
                 self._done()
                 return
             if not splice.start(self, run, att):
-                self.carry_on(proxy.drive(run, att))
+                self.carry_on(proxy.drive(run, att), run)
         except Exception as exc:
             self.splice = None
             if run is not None:
+                run.attempt_end(None)
                 run.finish()
             self.fail(exc)
             self._done()
 
-    def carry_on(self, work: Coroutine[Any, Any, None]) -> None:
+    def carry_on(self, work: Coroutine[Any, Any, None], run: proxy.RouteRun) -> None:
         """The rest of the request in a task (`_carry`)."""
-        self.task = self.loop.create_task(self._carry(work))
+        task = self.task = self.loop.create_task(self._carry(work))
+
+        def settle(t: asyncio.Task[None]) -> None:
+            # Cancelled before its first step (the client's close came in the same
+            # loop pass), the coroutine never ran its `finally`: settle it here.
+            if t.cancelled() and not run.finished:
+                work.close()
+                run.abandon()
+
+        task.add_done_callback(settle)
 
     async def _carry(self, work: Coroutine[Any, Any, None]) -> None:
         try:

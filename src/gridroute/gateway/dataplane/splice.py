@@ -40,6 +40,7 @@ class Splice(upstream.Response):
         "att",
         "due",
         "ex",
+        "handed",
         "out",
         "owned",
         "pending",
@@ -65,6 +66,8 @@ class Splice(upstream.Response):
         self.sized = False
         self.due = False
         self.sent_at = 0.0
+        self.handed = False
+        """The run went on in the coroutine driver (this exchange is over)."""
         self.owned = True
         """This attempt's `own.start` has no `own.end` yet (the coroutine driver makes
         it when the attempt is handed on `started`)."""
@@ -73,23 +76,21 @@ class Splice(upstream.Response):
 
     def _headers_in(self) -> None:
         self.headed = True
-        run = self.run
-        flow = run.flow
-        assert flow is not None
         try:
+            flow = self.run.flow
+            assert flow is not None
             nxt = flow.send(Answered(self.status))
-        except Exception as exc:
+            if isinstance(nxt, Relay):
+                self.relaying = True
+                self.sized = self.content_length is not None and not self.chunked
+                return
+            # The flow retries this answer elsewhere: drop the connection (its body
+            # unread) and carry on in the coroutine driver.
+            self._detach(reuse=False)
+            self._end(nxt)
+            self._carry_on(nxt)
+        except Exception as exc:  # a fault of ours: never a request left hanging
             self._broken(exc)
-            return
-        if isinstance(nxt, Relay):
-            self.relaying = True
-            self.sized = self.content_length is not None and not self.chunked
-            return
-        # The flow retries this answer elsewhere: drop the connection (its body unread)
-        # and carry on in the coroutine driver.
-        self._detach(reuse=False)
-        self._end(nxt)
-        self._carry_on(nxt)
 
     def _feed(self, data: bytes) -> None:
         if self.relaying and not self.complete:
@@ -113,8 +114,14 @@ class Splice(upstream.Response):
             self._broken(exc)
 
     def _fail(self, exc: BaseException) -> None:
-        if self._exc is not None or self.complete or self.run.finished:
+        if self._exc is not None or self.complete or self.run.finished or self.handed:
             return
+        try:
+            self._failed(exc)
+        except Exception as err:  # a fault of ours: never a request left hanging
+            self._broken(err)
+
+    def _failed(self, exc: BaseException) -> None:
         self._exc = exc
         conn = self._conn
         self._detach(reuse=False)
@@ -125,8 +132,6 @@ class Splice(upstream.Response):
             self._end(self.status)
             self._done(self.status)
             return
-        if self.headed:
-            return  # already handed on (`_headers_in`)
         if (
             isinstance(exc, upstream.Disconnected)
             and conn.pool.loop.time() - self.sent_at <= upstream.RESEND_WITHIN_S
@@ -252,6 +257,7 @@ class Splice(upstream.Response):
         run = self.run
         if started:
             self.owned = False  # `drive`'s attempt makes the `own.end`
+            run.owed = self.att
             att: Attempt | None = self.att
         else:
             try:
@@ -265,10 +271,13 @@ class Splice(upstream.Response):
             run.finish()
             ex._done()
             return
-        ex.carry_on(proxy.drive(run, att, started=started))
+        ex.carry_on(proxy.drive(run, att, started=started), run)
+        self.handed = True
 
     def _broken(self, exc: Exception) -> None:
         """A fault of ours in a callback: answered as `Serving.fail` answers one."""
+        if self.handed or self.run.finished:
+            return  # the task (or the end already made) owns the client now
         self._exc = exc
         self._detach(reuse=False)
         self._end(None)
@@ -291,16 +300,17 @@ def start(ex: Serving, run: proxy.RouteRun, att: Attempt) -> bool:
         return False
     sp = Splice(conn, ex, run, att)
     sp.sent_at = pool.loop.time()
-    try:
-        pool.send(conn, sp, ex.method, ex.target, run.fwd, run.body)
-    except BaseException:
-        conn.resp = None
-        conn.close()
-        raise
-    # Counted once sent (one callback: nothing can observe the order).
     current = run.current
     now = current.clock()
     current.own.start(att.view.key, now, run.model)
     run.sent.append(now)
     ex.splice = sp
+    try:
+        pool.send(conn, sp, ex.method, ex.target, run.fwd, run.body)
+    except BaseException:
+        ex.splice = None
+        sp.drop()
+        conn.close()
+        sp._own_end()
+        raise
     return True
