@@ -126,6 +126,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--nginx", action="store_true", help="nginx in every round too")
+    ap.add_argument("--src", type=Path, default=None, help="a source tree in place of --rev")
     a = ap.parse_args()
     if (os.cpu_count() or 1) < 2:
         sys.exit("needs two cores: the proxy on one, backend and load on the other")
@@ -141,7 +142,8 @@ def main() -> None:
         exe = ensure_nginx() if a.nginx else None
         if a.nginx and exe is None:
             sys.exit("nginx is not installed and could not be")
-        run_rounds(a.kind, Path(d) / "src", a.rounds, a.seconds, a.connections, exe)
+        src = a.src.resolve() if a.src else Path(d) / "src"
+        run_rounds(a.kind, src, a.rounds, a.seconds, a.connections, exe)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,8 @@ def layers(raw: Path) -> tuple[int, collections.Counter[str]]:
     out: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
+        if not n.isdigit():  # a frame whose name held a newline splits its line
+            continue
         count = int(n)
         total += count
         name = LOOP
