@@ -141,3 +141,12 @@ def test_yaml_is_accepted_too() -> None:
 def test_the_published_json_schema_is_current() -> None:
     published = json.loads((DOCS / "overlay.schema.json").read_text())
     assert published == json_schema()
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "# only a comment\n", "null\n"])
+def test_an_empty_overlay_document_is_refused(text: str) -> None:
+    """A file caught mid-write (truncated, not yet filled) must not replace the last good
+    overlay with one of no models; "no models" is written out."""
+    with pytest.raises(ConfigError, match="empty overlay"):
+        parse_overlay(text, "overlay.json")
+    assert parse_overlay('{"version": 1, "models": []}').models == []

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gridroute.config import parse_yaml, validate
+from gridroute.config import ConfigError, parse_yaml, validate
 from gridroute.core.group_route import Group, ModelGroups, OverlayIndex, Slot
 from gridroute.core.groups import Admission, Locality, RoutingPolicy, check_groups
 from gridroute.core.pickers import MAX_WEIGHT, Picker
@@ -177,10 +177,19 @@ def _check_capability(where: str, cap: CapabilityRoute) -> None:
 
 
 def parse_overlay(text: str | bytes, source: str = "<overlay>") -> Overlay:
-    """JSON or YAML text -> a validated overlay, or a `ConfigError` naming the field."""
+    """JSON or YAML text -> a validated overlay, or a `ConfigError` naming the field.
+
+    An empty document is refused, not read as an overlay of no models: a file caught
+    mid-write (truncated, then filled) or a publisher's empty answer would otherwise
+    swap out the last good overlay, and every overlay-routed model would quietly fall
+    back to `models:` routing. An overlay that means "no models" says so
+    (`{"version": 1, "models": []}`)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
-    return validate(Overlay, parse_yaml(text, source), source)
+    data = parse_yaml(text, source)
+    if not data and not text.strip().startswith("{"):
+        raise ConfigError.one(source, "(top level)", "empty overlay (no document)")
+    return validate(Overlay, data, source)
 
 
 def semantic(overlay: Overlay) -> dict[str, Any]:
