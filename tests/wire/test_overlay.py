@@ -150,3 +150,29 @@ def test_an_empty_overlay_document_is_refused(text: str) -> None:
     with pytest.raises(ConfigError, match="empty overlay"):
         parse_overlay(text, "overlay.json")
     assert parse_overlay('{"version": 1, "models": []}').models == []
+
+
+def test_an_excluded_entry_reads_excluded_whether_or_not_it_says_so() -> None:
+    """Two spellings of one overlay (`admission_state: excluded` written out or left
+    out inside `excluded`) route alike and have one digest."""
+
+    def doc(state: dict[str, str]) -> str:
+        return json.dumps(
+            {
+                "version": 1,
+                "models": [
+                    {
+                        "model": "m",
+                        "candidates": [{"site": "a", "provider": "p"}],
+                        "excluded": [{"site": "b", "provider": "p", **state}],
+                    }
+                ],
+            }
+        )
+
+    bare = parse_overlay(doc({}))
+    said = parse_overlay(doc({"admission_state": "excluded"}))
+    assert bare.models[0].excluded[0].admission_state is Admission.EXCLUDED
+    assert digest(bare) == digest(said)
+    with pytest.raises(ConfigError, match="must be excluded"):
+        parse_overlay(doc({"admission_state": "existing_only"}))

@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gridroute.config import ConfigError, parse_yaml, validate
 from gridroute.core.group_route import Group, ModelGroups, OverlayIndex, Slot
@@ -98,6 +98,20 @@ class CapabilityRoute(_Frozen):
     """Admitted candidates in published order (group order, best first). Default: []."""
     excluded: list[OverlayCandidate] = []
     """Providers never selected, kept so the model answers 503, not 404. Default: []."""
+
+    @field_validator("excluded", mode="after")
+    @classmethod
+    def _excluded_state(cls, v: list[OverlayCandidate]) -> list[OverlayCandidate]:
+        """An excluded entry that leaves out `admission_state` is `excluded`: read as the
+        field's default, the two spellings of one overlay had different digests (so a
+        publisher switching between them reloaded every gateway for nothing). A wrong
+        explicit value is still refused (`_check_capability`)."""
+        return [
+            c
+            if "admission_state" in c.model_fields_set
+            else c.model_copy(update={"admission_state": Admission.EXCLUDED})
+            for c in v
+        ]
 
     @property
     def picker(self) -> Picker:
