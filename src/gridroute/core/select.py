@@ -416,11 +416,13 @@ def decide(
                 break
     if k < 0:
         tier_weights = [weights[i] for i in tier]
+        # The seed keeps the sites tied on the least queue depth here, rho or not: sites
+        # that publish a queue but no load (no rho) still send the lighter queue every
+        # request (the reference's `the_least_loaded_site_sorts_first`), and among the
+        # tied ones "missing rho uses capacity-weighted selection", as `_queue_tie` draws.
+        k = _queue_tie(views, tier_weights, rng)
         if all(rhos[i] is None for i in tier):
-            # The seed's "missing rho uses capacity-weighted selection".
-            k, path = _draw(views, tier_weights, rng), Path.CAPACITY
-        else:
-            k = _queue_tie(views, tier_weights, rng)
+            path = Path.CAPACITY
     chosen = views[k]
     return Decision(
         Outcome.ROUTE, path, chosen, refused + _not_chosen(healthy, chosen), None, rhos[tier[k]]
