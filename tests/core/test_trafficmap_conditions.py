@@ -43,6 +43,11 @@ NO_ENDPOINT = (Home("a", None, 2, 2),)
         ((h("a", probe=GATED), h("b", probe=GATED)), (), DRAIN, Status.FALSE,
          "AllHomesProbeFailed"),
         ((h("a", probe=GATED), h("b", 0, 2, probe=ProbeState())), (), PRESERVE, Status.FALSE,
+         "NoRoutableCapacity"),
+        ((h("a", 2, 0), h("b", 3, 0)), (), PRESERVE, Status.FALSE, "AllHomesUnready"),
+        ((h("a", 2, 0, probe=GATED), h("b", 0, 0, probe=GATED)), (), DRAIN, Status.FALSE,
+         "AllHomesUnready"),
+        ((h("a", 2, 0), h("b", 3, 0)), (Drain("m", "a"),), PRESERVE, Status.FALSE,
          "AllHomesUnready"),
         ((h("a"), h("b", 0, 0)), (Drain("m", "a"),), PRESERVE, Status.FALSE, "TrafficDrain"),
     ],
@@ -76,6 +81,15 @@ def test_override_active(drains, status, reason) -> None:
     table = compute(MapInput("svc", Mode.SPLIT, (h("a"), h("b")), drains))
     cond = override_active(table, drains)
     assert (cond.status, cond.reason) == (status, reason)
+
+
+def test_override_active_message_counts_drains_and_arms() -> None:
+    drains = (Drain("m", "a"), Drain("n", "a"), Drain("o", "zz"))
+    table = compute(MapInput("svc", Mode.SPLIT, (h("a"), h("b")), drains))
+    assert override_active(table, drains).message == (
+        "2 of 3 traffic-drain override(s) active across 1 route arm(s); "
+        "inspect spec.entries[].drainRefs; pending: o (zz)"
+    )
 
 
 @pytest.mark.parametrize(

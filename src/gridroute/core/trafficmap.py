@@ -3,7 +3,8 @@
 
 The four steps, in the seed's order:
 
-1. replicas that can serve = min(allocated, ready) x capacity factor (factor 1 unless set);
+1. replicas that can serve = min(allocated, ready) x capacity factor (factor 1 unless set;
+   never below 0), `allocated` lowered by a report with 0 <= reported < allocated;
 2. an entry that a routing health probe gates gets 0, with the one exception Routable
    describes: when every home's probe has conclusively failed (a home without a probe
    block, such as one with an invalid endpoint, is not a failure), `PreserveTraffic`
@@ -104,7 +105,8 @@ class Entry:
     probe: ProbeState | None
     drain_refs: tuple[str, ...]
     servable: Fraction
-    """Step 1's value, min(allocated, ready) x factor (kept so a zero can be explained)."""
+    """Step 1's value, max(min(allocated, ready), 0) x factor (kept so a zero can be
+    explained)."""
     preserved: bool
     """Its probe gate is closed but the all-failed exception kept its weight."""
 
@@ -143,6 +145,20 @@ def reduce_ratio(values: list[Fraction]) -> list[int]:
     return [w // divisor for w in ints]
 
 
+def effective_allocated(home: Home) -> tuple[int, CapacitySource]:
+    """The allocation the weight uses, and where it came from.
+
+    A report counts only when 0 <= reported < allocated: it lowers the plan (source
+    Endpoint), never raises it, and a negative report is malformed, not an instruction
+    to serve nothing, so it is ignored and the plan stands (OME's EffectiveAllocated
+    fails open the same way).
+    """
+    reported = home.reported
+    if reported is not None and 0 <= reported < home.allocated:
+        return reported, CapacitySource.ENDPOINT
+    return home.allocated, CapacitySource.CONTROL_PLANE
+
+
 def _gated(home: Home) -> bool:
     return home.probe is not None and home.probe.gated
 
@@ -157,11 +173,9 @@ def compute(inp: MapInput) -> Table:
     step2: list[Fraction] = []
     allocations: list[tuple[int, CapacitySource]] = []
     for home in homes:
-        allocated, source = home.allocated, CapacitySource.CONTROL_PLANE
-        if home.reported is not None and home.reported < allocated:
-            allocated, source = max(home.reported, 0), CapacitySource.ENDPOINT
+        allocated, source = effective_allocated(home)
         allocations.append((allocated, source))
-        can_serve = min(allocated, home.ready) * home.factor
+        can_serve = max(min(allocated, home.ready), 0) * home.factor
         servable.append(can_serve)
         zeroed = (all_failed or _gated(home)) and not preserve
         step2.append(Fraction(0) if zeroed else can_serve)

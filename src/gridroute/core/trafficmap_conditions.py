@@ -35,12 +35,14 @@ class RoutableReason(Enum):
     NO_ADDRESSABLE_HOME = "NoAddressableHome"
     """Empty table: homes exist but none reports an endpoint."""
     NO_ROUTABLE_CAPACITY = "NoRoutableCapacity"
-    """All zero: min(allocated, ready) x factor is 0 for every entry."""
+    """All zero, a home has ready replicas, but min(allocated, ready) x factor is 0 for
+    every entry; also the all-zero table no other reason explains (probe gates on the
+    homes that could serve, while not every probe failed)."""
     ALL_HOMES_PROBE_FAILED = "AllHomesProbeFailed"
     """Every probed home failed: True under PreserveTraffic, False under Drain."""
     ALL_HOMES_UNREADY = "AllHomesUnready"
-    """All zero before drains, for any other cause (probe gates on every home that could
-    serve). Fails closed: the table stays all-zero, traffic is not spread equally."""
+    """All zero and no home has a ready replica. Fails closed: the table stays all-zero,
+    traffic is not spread equally."""
     TRAFFIC_DRAIN = "TrafficDrain"
     """All zero only because drains hold every otherwise-positive entry."""
 
@@ -73,7 +75,14 @@ def _homes(n: int) -> str:
 
 
 def routable(table: Table, policy: AllFailedPolicy) -> Condition:
-    """Whether a gateway can send the service's requests anywhere, and if not, why."""
+    """Whether a gateway can send the service's requests anywhere, and if not, why.
+
+    OME's order (buildSpec): a positive weight is Routable (AllHomesProbeFailed when
+    PreserveTraffic kept it); else drains that zeroed an otherwise-positive table are
+    TrafficDrain; else no home with a ready replica is AllHomesUnready; else no home
+    with min(allocated, ready) > 0 is NoRoutableCapacity; else every probe failing
+    (under Drain) is AllHomesProbeFailed; anything else is NoRoutableCapacity.
+    """
     kind, R = ConditionType.ROUTABLE, RoutableReason
     entries = table.entries
     if not table.placed:
@@ -82,44 +91,60 @@ def routable(table: Table, policy: AllFailedPolicy) -> Condition:
     if not entries:
         msg = "no home reports an endpoint; nothing to route to"
         return Condition(kind, Status.FALSE, R.NO_ADDRESSABLE_HOME.value, msg)
-    if not any(e.servable for e in entries):
-        msg = f"min(allocated, ready) is 0 on all {_homes(len(entries))}"
-        return Condition(kind, Status.FALSE, R.NO_ROUTABLE_CAPACITY.value, msg)
-    if table.all_probes_failed and policy is AllFailedPolicy.DRAIN:
-        msg = (
-            "every probed home failed its health probe; "
-            f"allFailedPolicy Drain zeroes all {_homes(len(entries))}"
-        )
-        return Condition(kind, Status.FALSE, R.ALL_HOMES_PROBE_FAILED.value, msg)
-    if not any(table.pre_drain_weights):
-        msg = f"all {_homes(len(entries))} have weight 0; traffic is dropped, not spread equally"
-        return Condition(kind, Status.FALSE, R.ALL_HOMES_UNREADY.value, msg)
+    n = _homes(len(entries))
     serving = sum(1 for e in entries if e.weight > 0)
-    if serving == 0:
-        msg = f"drains hold every home that could serve ({_homes(len(entries))})"
-        return Condition(kind, Status.FALSE, R.TRAFFIC_DRAIN.value, msg)
-    if table.all_probes_failed:
+    if serving and table.all_probes_failed:
         msg = (
             f"every probed home failed its health probe; allFailedPolicy PreserveTraffic "
             f"keeps capacity weights: {_homes(serving)} serving"
         )
         return Condition(kind, Status.TRUE, R.ALL_HOMES_PROBE_FAILED.value, msg)
-    return Condition(kind, Status.TRUE, R.ROUTABLE.value, f"{_homes(serving)} serving")
+    if serving:
+        return Condition(kind, Status.TRUE, R.ROUTABLE.value, f"{_homes(serving)} serving")
+    if any(table.pre_drain_weights):
+        msg = f"drains hold every home that could serve ({n}); all weights are 0"
+        return Condition(kind, Status.FALSE, R.TRAFFIC_DRAIN.value, msg)
+    if not any(e.ready > 0 for e in entries):
+        msg = f"none of {n} has a ready replica; all weights are 0, traffic is not spread"
+        return Condition(kind, Status.FALSE, R.ALL_HOMES_UNREADY.value, msg)
+    if not any(min(e.allocated, e.ready) > 0 for e in entries):
+        msg = f"min(allocated, ready) is 0 on all {n}; all weights are 0"
+        return Condition(kind, Status.FALSE, R.NO_ROUTABLE_CAPACITY.value, msg)
+    if table.all_probes_failed:
+        msg = (
+            "every probed home failed its health probe; "
+            f"allFailedPolicy {policy.value} leaves all {n} at weight 0"
+        )
+        return Condition(kind, Status.FALSE, R.ALL_HOMES_PROBE_FAILED.value, msg)
+    msg = (
+        f"none of {n} has positive routable capacity: the homes that could serve are "
+        "probe-gated and not every probe failed; all weights are 0"
+    )
+    return Condition(kind, Status.FALSE, R.NO_ROUTABLE_CAPACITY.value, msg)
 
 
 def override_active(table: Table, drains: tuple[Drain, ...]) -> Condition:
-    """Whether drains hold any entry."""
+    """Whether drains hold any entry.
+
+    OverridesApplied's message is OME's: "N of M ... override(s) active across K route
+    arm(s)", N the distinct drain ids in the entries' drainRefs, M the drains, K the
+    entries they hold; then the pending ones by name (gridroute's addition).
+    """
     kind = ConditionType.OVERRIDE_ACTIVE
     if not drains:
         return Condition(kind, Status.FALSE, OverrideReason.NO_OVERRIDES.value, "no drains")
     clusters = {e.cluster for e in table.entries}
-    applied = sorted(d.id for d in drains if d.cluster in clusters)
+    applied = {ref for e in table.entries for ref in e.drain_refs}
+    arms = sum(1 for e in table.entries if e.drain_refs)
     pending = sorted(f"{d.id} ({d.cluster})" for d in drains if d.cluster not in clusters)
     if not applied:
         msg = f"drain(s) name no home of this map: {', '.join(pending)}"
         return Condition(kind, Status.FALSE, OverrideReason.OVERRIDES_PENDING.value, msg)
-    held = sorted({e.cluster for e in table.entries if e.drain_refs})
-    msg = f"drain(s) {', '.join(applied)} hold {', '.join(held)} at weight 0"
+    total = len({d.id for d in drains})
+    msg = (
+        f"{len(applied)} of {total} traffic-drain override(s) active across {arms} route "
+        "arm(s); inspect spec.entries[].drainRefs"
+    )
     if pending:
         msg += f"; pending: {', '.join(pending)}"
     return Condition(kind, Status.TRUE, OverrideReason.OVERRIDES_APPLIED.value, msg)

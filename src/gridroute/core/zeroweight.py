@@ -38,7 +38,7 @@ RULES: tuple[Rule, ...] = (
         "`capacity.ready` is absent (0)",
         "No replica of the service is ready in the cluster; `healthy` is false.",
         "Look at the cluster's replicas (the operator's /status, or its pods).",
-        lambda e, t: e.ready == 0,
+        lambda e, t: e.ready <= 0,
     ),
     Rule(
         ZeroCause.NOT_ALLOCATED,
