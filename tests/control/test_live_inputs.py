@@ -7,7 +7,11 @@ import asyncio
 from pathlib import Path
 
 import aiohttp
+import pytest
+from aiohttp import web
 
+from gridroute.control.config import CapacityPolling, OperatorRef
+from gridroute.control.readings import read_capacity
 from gridroute.control.reconcile import Reconciler
 from gridroute.control.store import Store
 from gridroute.operator.config import parse_config
@@ -163,7 +167,12 @@ def test_ready_counts_and_capacity_reports_come_from_a_live_operator(tmp_path: P
         try:
             await until(lambda: bool(op.store.latest()), "a first scrape")
             data = seed()
-            data["capacityPolling"] = {"enabled": True, "periodSeconds": 0.1, "samples": 1}
+            data["capacityPolling"] = {
+                "enabled": True,
+                "periodSeconds": 1,
+                "timeoutSeconds": 0.5,
+                "samples": 1,
+            }
             home_a = data["services"][0]["homes"][0]
             del home_a["ready"]
             home_a["operator"] = {"url": f"http://127.0.0.1:{port}", "provider": "pool"}
@@ -189,5 +198,40 @@ def test_ready_counts_and_capacity_reports_come_from_a_live_operator(tmp_path: P
         finally:
             await op.stop()
             await metrics.stop()
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "POST"])
+def test_capacity_polls_send_the_configured_method(method: str) -> None:
+    """OME's capacity methods: the poll is sent with `method`, a POST with an empty body;
+    a HEAD answer has no body, so it never carries a report."""
+    seen: list[tuple[str, bytes, str | None]] = []
+
+    async def capacity(request: web.Request) -> web.Response:
+        seen.append((request.method, await request.read(), request.headers.get("Content-Length")))
+        return web.json_response({"servable": 2, "observedAt": "2030-01-01T00:00:00Z"})
+
+    async def body() -> None:
+        app = web.Application()
+        app.router.add_route("*", "/capacity/{provider}", capacity)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            ref = OperatorRef(url=f"http://127.0.0.1:{port}", provider="pool")
+            polling = CapacityPolling(enabled=True, method=method)  # type: ignore[arg-type]
+            async with aiohttp.ClientSession() as session:
+                attempt = await read_capacity(session, ref, polling)
+        finally:
+            await runner.cleanup()
+        assert [(m, b) for m, b, _ in seen] == [(method, b"")]
+        if method == "POST":
+            assert seen[0][2] == "0"
+        if method == "HEAD":
+            assert attempt.report is None and "no report" in (attempt.error or "")
+        else:
+            assert attempt.report is not None and attempt.report.servable == 2
 
     asyncio.run(body())

@@ -47,6 +47,11 @@ Factor = Annotated[str | int | float, AfterValidator(_positive_quantity)]
 """A capacity factor: a Kubernetes quantity above 0 ("1", "1.5", "500m")."""
 
 
+def _report_format(_: str) -> Literal["report"]:
+    """OME spells the report format `Report`, gridroute `report`: both are one value."""
+    return "report"
+
+
 ControlConfigError = ConfigError
 """control.yaml cannot be used at all (not YAML, or a bad top-level field): the one
 `ConfigError` every config kind raises, one `file: field: reason` line per problem."""
@@ -66,9 +71,9 @@ class ProbeSpec(_Model):
     method: Literal["GET", "HEAD", "POST"] = "GET"
     accept_statuses: list[Status] = Field(default_factory=lambda: [200], min_length=1)
     """Statuses that pass."""
-    gate_statuses: list[Status] = Field(default_factory=lambda: [500, 502, 503, 504])
+    gate_statuses: list[Status] = Field(default_factory=lambda: [500, 502, 503, 504], min_length=1)
     """Statuses that fail (as do transport errors and timeouts); any other status is
-    Unknown and never gates."""
+    Unknown and never gates. Required, as in OME: an empty list would never gate."""
     period_seconds: float = Field(10.0, ge=0.05, le=3600)
     timeout_seconds: float = Field(2.0, gt=0, le=60)
     failure_threshold: int = Field(3, ge=1, le=100)
@@ -108,20 +113,35 @@ class CapacityPolling(_Model):
     enabled: bool = False
     path: str = Field("/capacity/{provider}", pattern=r"^/")
     """Path on the home's operator; `{provider}` is the home's provider name."""
-    method: Literal["GET"] = "GET"
-    format: Literal["report"] = "report"
+    method: Literal["GET", "HEAD", "POST"] = "GET"
+    """OME's methods. POST is sent with an empty body; a HEAD answer has no body, so it
+    never carries a report (every HEAD poll falls back to the control-plane allocation).
+    gridroute's own operator answers GET (and HEAD)."""
+    format: Annotated[Literal["report", "Report"], AfterValidator(_report_format)] = "report"
+    """The `{servable, observedAt}` report, the only format; OME's spelling `Report` is
+    taken as the same value."""
     period_seconds: float = Field(10.0, ge=0.05, le=3600)
     timeout_seconds: float = Field(2.0, gt=0, le=60)
+    """With polling enabled, shorter than the period (polls would pile up otherwise)."""
     samples: int = Field(3, ge=1, le=20)
     """Reports kept per home."""
     quorum: int = Field(1, ge=1, le=20)
     """Fresh reports among them needed before the lowest one lowers the allocation."""
     max_age_seconds: float = Field(30.0, gt=0)
+    """With polling enabled, at least the period (else every report would go stale
+    before the next poll and the allocation would flap)."""
 
     @model_validator(mode="after")
-    def _quorum(self) -> CapacityPolling:
+    def _consistent(self) -> CapacityPolling:
         if self.quorum > self.samples:
             raise ValueError("quorum cannot exceed samples")
+        if not self.enabled:
+            return self  # as OME: only a configured source is checked against its period
+        t, p, m = self.timeout_seconds, self.period_seconds, self.max_age_seconds
+        if t >= p:
+            raise ValueError(f"timeoutSeconds ({t:g}) must be shorter than periodSeconds ({p:g})")
+        if m < p:
+            raise ValueError(f"maxAgeSeconds ({m:g}) must be at least periodSeconds ({p:g})")
         return self
 
 

@@ -34,8 +34,14 @@ def probeable(endpoint: str | None) -> bool:
 
 
 def policy_digest(spec: ProbeSpec) -> str:
-    """`sha256:<hex>` of the effective probe policy (hysteresis restores only on a match)."""
-    body = json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()
+    """`sha256:<hex>` of the effective probe policy (hysteresis restores only on a match).
+
+    The status lists are sets: sorted and deduplicated first (as OME's digest), so
+    `[503, 500, 500]` and `[500, 503]` are one policy."""
+    policy = spec.model_dump(mode="json")
+    for field in ("accept_statuses", "gate_statuses"):
+        policy[field] = sorted(set(policy[field]))
+    body = json.dumps(policy, sort_keys=True).encode()
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
 

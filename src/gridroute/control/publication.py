@@ -227,20 +227,24 @@ class Publication:
         return result, final
 
     def hold(self, store: Store, namespace: str, name: str, message: str) -> ServiceResult:
-        """An invalid service: keep its table, say InvalidOwner, leave its route alone."""
+        """An invalid service: keep its table, say InvalidOwner, leave its route alone.
+
+        A service refused before it ever had a map gets none (OME creates no TrafficMap
+        for a routing policy it refuses): the refusal is in the result and the pass's
+        errors only. A stored map that cannot be read is replaced by an empty one."""
         now = self.clock()
+        outcome = PublishOutcome.INVALID_OWNER
         try:
             prior = store.read_map(namespace, name)
         except StoreUnavailable:
             raise
         except StoreError:
-            prior = None
-        outcome = PublishOutcome.INVALID_OWNER
-        if prior is None:
             prior = TrafficMap(
                 metadata=Metadata(name=name, namespace=namespace, creation_timestamp=rfc3339(now)),
                 spec=Spec(service=name),
             )
+        if prior is None:
+            return ServiceResult(namespace, name, outcome, {}, None, message)
         pub_conds = [published(outcome, self.publisher_name()), publication_fallback(outcome)]
         status = prior.status.model_copy(
             update={

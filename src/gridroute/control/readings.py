@@ -50,12 +50,22 @@ def operator_ssl(tls: OperatorTLS | None, base: Path) -> ssl.SSLContext | None:
 
 
 async def _get_json(
-    session: aiohttp.ClientSession, url: str, timeout_s: float, tls: ssl.SSLContext | None
+    session: aiohttp.ClientSession,
+    url: str,
+    timeout_s: float,
+    tls: ssl.SSLContext | None,
+    method: str = "GET",
 ) -> Any:
+    """The JSON body `method` (GET, HEAD, or POST with an empty body) answers with."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with session.get(url, timeout=timeout, ssl=tls if tls is not None else True) as resp:
+    data = b"" if method == "POST" else None
+    async with session.request(
+        method, url, data=data, timeout=timeout, ssl=tls if tls is not None else True
+    ) as resp:
         if resp.status != 200:
-            raise ReadingError(f"GET {url}: {resp.status}")
+            raise ReadingError(f"{method} {url}: {resp.status}")
+        if method == "HEAD":
+            raise ReadingError(f"HEAD {url}: a HEAD answer carries no report")
         return await resp.json(content_type=None)
 
 
@@ -102,10 +112,11 @@ async def read_capacity(
     polling: CapacityPolling,
     tls: ssl.SSLContext | None = None,
 ) -> Attempt:
-    """One capacity poll of a home's operator: the report, or why there is none."""
+    """One capacity poll of a home's operator (`polling.method`; a POST sends an empty
+    body): the report, or why there is none."""
     url = ref.url.rstrip("/") + polling.path.replace("{provider}", ref.provider)
     try:
-        body = await _get_json(session, url, polling.timeout_seconds, tls)
+        body = await _get_json(session, url, polling.timeout_seconds, tls, polling.method)
         return Attempt(parse_report(body))
     except TimeoutError:
         return Attempt(None, "timed out")
