@@ -80,7 +80,7 @@ def test_a_home_whose_gateway_has_no_ip_keeps_the_last_route(tmp_path: Path) -> 
         gateway_object({"type": "Hostname", "value": "lb.example.com"})
     )
     Store(tmp_path / "state").write_drains(
-        "llama-demo", "llama-chat", (Drain("m", "cluster-a", ""),)
+        "llama-demo", "llama-chat", (Drain("m", "cluster-a", "maintenance"),)
     )
     result = run(rec)
     (svc,) = result.services

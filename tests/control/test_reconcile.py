@@ -150,7 +150,9 @@ def test_publisher_failure_keeps_the_last_route_and_reports_published_false(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(publish_directory, "write_atomic", disk_full)
-    Store(tmp_path / "state").write_drains("llama-demo", "llama-chat", (Drain("m", "cluster-b"),))
+    Store(tmp_path / "state").write_drains(
+        "llama-demo", "llama-chat", (Drain("m", "cluster-b", "maintenance"),)
+    )
     with caplog.at_level(logging.ERROR):
         result = run(rec)
     assert result.services[0].outcome is PublishOutcome.APPLY_FAILED
@@ -312,7 +314,7 @@ def test_the_loop_runs_passes_until_stopped(tmp_path: Path) -> None:
             seen.append(result.services[0].weights)
             if len(seen) == 1:  # an operator drains between passes
                 Store(tmp_path / "state").write_drains(
-                    "llama-demo", "llama-chat", (Drain("m", "cluster-a"),)
+                    "llama-demo", "llama-chat", (Drain("m", "cluster-a", "maintenance"),)
                 )
             if len(seen) == 3:
                 stop.set()

@@ -61,7 +61,7 @@ def test_the_servers_generation_moves_with_the_spec_and_is_observed(tmp_path: Pa
     run(rec)
     run(rec)
     assert client.objects[KEY]["metadata"]["generation"] == 1  # nothing changed
-    rec.store.write_drains("llama-demo", "llama-chat", (Drain("m", "cluster-a", ""),))
+    rec.store.write_drains("llama-demo", "llama-chat", (Drain("m", "cluster-a", "maintenance"),))
     run(rec)
     obj = client.objects[KEY]
     assert [e["weight"] for e in obj["spec"]["entries"]] == [0, 1]

@@ -116,7 +116,8 @@ def grid(tmp_path: Path) -> Iterator[Grid]:
             {"cluster": "cluster-c", "allocated": 6, "ready": 6},  # factor 0.5: counts 3
         ]
         for home in homes:
-            home["endpoint"] = f"http://127.0.0.1:{ports[str(home['cluster'])]}"
+            # a DNS name: the published route's backend host cannot be an IP address
+            home["endpoint"] = f"http://localhost:{ports[str(home['cluster'])]}"
         control = {
             "store": "state",
             "reconcileIntervalSeconds": 0.2,

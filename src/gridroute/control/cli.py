@@ -27,6 +27,7 @@ import yaml
 if TYPE_CHECKING:
     from gridroute.control.reconcile import PassResult
     from gridroute.control.store import Store
+    from gridroute.core.trafficmap import Drain
     from gridroute.wire.trafficmap import TrafficMap
 
 STORE_ENV = "GRIDROUTE_STORE"
@@ -288,30 +289,94 @@ def _targets(
     return [(m.metadata.namespace, m.metadata.name) for m in found]
 
 
+DEFAULT_REASON = "manual drain"
+"""The reason a drain gets without `--reason` (an explicit `--reason ""` is refused)."""
+_FLAGS = {"id": "--id", "cluster": "CLUSTER", "reason": "--reason"}
+
+
+def _checked_request(ident: str, cluster: str, reason: str, default_id: bool) -> None:
+    """Refuse a drain the record may not hold, naming the flag (OME's request rules); a
+    reason is not echoed (it may be a secret)."""
+    from gridroute.core.trafficmap import Drain
+    from gridroute.wire.drains import request_problem
+
+    problem = request_problem(Drain(ident, cluster, reason))
+    if problem is None:
+        return
+    field, why = problem
+    if field == "reason":
+        raise _fail(f"--reason: {why}")
+    value = ident if field == "id" else cluster
+    hint = ""
+    if field == "id" and default_id:
+        hint = " (the default <cluster>-drain; give --id)"
+    elif field == "cluster":
+        hint = " (control.yaml's cluster names are DNS labels too)"
+    raise _fail(f"{_FLAGS[field]} {value!r}: {why}{hint}")
+
+
+def _read_checked(st: Store, ns: str, svc: str) -> tuple[Drain, ...]:
+    """The service's drains, each checked as a new one would be: a record the command could
+    not have written is left for a person to fix (the reference fails closed)."""
+    from gridroute.wire.drains import DrainError, request_problem
+
+    try:
+        drains = st.read_drains(ns, svc)
+    except DrainError as exc:
+        raise _fail(f"{ns}/{svc}: {exc}; fix or remove {st.drain_path(ns, svc)}") from None
+    for d in drains:
+        problem = request_problem(d)
+        if problem is not None:
+            which = "an existing drain's" if problem[0] == "id" else f"existing drain {d.id!r}:"
+            raise _fail(
+                f"{ns}/{svc}: {which} {problem[0]} {problem[1]}; "
+                f"fix or remove it in {st.drain_path(ns, svc)}"
+            )
+    return drains
+
+
 @traffic_app.command("drain")
 def drain(
     cluster: Annotated[str, typer.Argument(help="Workload cluster to hold at weight 0.")],
     service: ServiceOpt = None,
     namespace: NamespaceOpt = None,
     drain_id: IdOpt = None,
-    reason: Annotated[str, typer.Option("--reason", help="Why, for the map's readers.")] = "",
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", help=f"Why, for the map's readers (default {DEFAULT_REASON!r})."),
+    ] = None,
     store: StoreOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Hold CLUSTER at weight 0 for one service or every service homed there."""
+    """Hold CLUSTER at weight 0 for one service or every service homed there.
+
+    The drain ID must be new in each record (undrain it first to change it); the ID and
+    CLUSTER are DNS labels, the reason non-empty trimmed text of at most 256 bytes without
+    control characters, and none of them may look like a secret."""
     from gridroute.core.trafficmap import Drain
     from gridroute.wire.drains import DrainError, encode_drains, parse_drains
 
+    ident = f"{cluster}-drain" if drain_id is None else drain_id
+    why = DEFAULT_REASON if reason is None else reason
+    _checked_request(ident, cluster, why, default_id=drain_id is None)
     st = _store(store, config)
-    ident = drain_id or f"{cluster}-drain"
     with _locked(st):
+        planned = []
         for ns, svc in _targets(st, cluster, service, namespace):
+            drains = _read_checked(st, ns, svc)
+            same = next((d for d in drains if d.id == ident), None)
+            if same is not None:
+                raise _fail(
+                    f"{ns}/{svc}: --id {ident!r} already exists (it drains {same.cluster}); "
+                    "undrain it first or give another --id"
+                )
+            new = (*drains, Drain(ident, cluster, why))
             try:
-                drains = st.read_drains(ns, svc)
-                new = (*(d for d in drains if d.id != ident), Drain(ident, cluster, reason))
                 parse_drains(encode_drains(new))  # refuse what the reconciler would refuse
             except DrainError as exc:
                 raise _fail(f"{ns}/{svc}: {exc}") from None
+            planned.append((ns, svc, new))
+        for ns, svc, new in planned:  # all or nothing
             st.write_drains(ns, svc, new)
             typer.echo(f"{ns}/{svc}: {ident} drains {cluster}; the next pass sets its weight to 0")
 
@@ -326,25 +391,25 @@ def undrain(
     config: ConfigOpt = None,
 ) -> None:
     """Remove the drains that hold CLUSTER (or only --id); other drains stay."""
-    from gridroute.wire.drains import DrainError
-
+    _checked_request("x" if drain_id is None else drain_id, cluster, "x", default_id=False)
     st = _store(store, config)
-    removed = 0
     with _locked(st):
+        planned = []
         for ns, svc in _targets(st, cluster, service, namespace):
-            try:
-                drains = st.read_drains(ns, svc)
-            except DrainError as exc:
-                raise _fail(f"{ns}/{svc}: {exc}") from None
+            drains = _read_checked(st, ns, svc)
             keep = tuple(
                 d for d in drains
                 if d.cluster != cluster or (drain_id is not None and d.id != drain_id)
             )  # fmt: skip
-            removed += len(drains) - len(keep)
-            st.write_drains(ns, svc, keep)
+            planned.append((ns, svc, drains, keep))
+        if not any(len(drains) > len(keep) for _, _, drains, keep in planned):
+            if drain_id is not None:
+                raise _fail(f"no drain {drain_id!r} holds {cluster}")
+            raise _fail(f"no drain holds {cluster}")
+        for ns, svc, drains, keep in planned:
+            if len(keep) < len(drains):
+                st.write_drains(ns, svc, keep)
             typer.echo(f"{ns}/{svc}: {len(drains) - len(keep)} drain(s) of {cluster} removed")
-    if removed == 0:
-        raise _fail(f"no drain holds {cluster}")
 
 
 @trafficmap_app.command("demo")

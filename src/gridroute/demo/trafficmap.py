@@ -63,7 +63,7 @@ def control_yaml(grid: Any, workdir: Path, period_s: float) -> dict[str, Any]:
                 "homes": [
                     {
                         "cluster": site,
-                        "endpoint": grid.backend_urls[site],
+                        "endpoint": _by_name(grid.backend_urls[site]),
                         "allocated": 1,
                         "operator": {
                             "url": operator_url(grid.operator_ports[site]),
@@ -75,6 +75,12 @@ def control_yaml(grid: Any, workdir: Path, period_s: float) -> dict[str, Any]:
             }
         ],
     }
+
+
+def _by_name(url: str) -> str:
+    """`url` with its loopback address spelled `localhost`: a route's backend host must be
+    a DNS name (an ExternalName Service cannot alias an IP address; OME refuses one)."""
+    return url.replace("//127.0.0.1:", "//localhost:", 1)
 
 
 def route_weights(routes: Path) -> dict[str, int]:

@@ -5,8 +5,13 @@
   service's namespace (with `route_namespace` set: `<service>-<hash>-global` there),
   labelled `ome.io/placement-endpoint-isvc`, parented to the global gateway, for the one
   global hostname, matching every path (prefix `/`, the client's path kept).
-* One rule, one backendRef per map entry at the entry's weight, weight 0 included; more
-  than 16 entries is `InvalidPlan` (one rule holds at most 16 backendRefs).
+* One rule, one backendRef per map entry at the entry's weight, weight 0 included, sorted
+  by cluster whatever the map's order; more than 16 entries is `InvalidPlan` (one rule
+  holds at most 16 backendRefs).
+* The global hostname and each entry's endpoint host must be lowercase RFC 1123 names,
+  not IP addresses (the global one may start with `*.`); the host is read as written, not
+  lowercased. Anything else is `InvalidPlan`, naming the field (`globalHost`,
+  `globalHostTemplate` or the entry's endpoint).
 * Each backendRef is an `ExternalName` Service `tmb-<hash>` pointing at the home's host
   on `backend_port` (or, with `backend_type` EndpointSlice, a selector-less Service and
   EndpointSlices holding the IPs of the home cluster's own Gateway: `route_backends`);
@@ -25,6 +30,7 @@ says why it cannot (`PlanRefused`, whose outcome is the Published reason).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,6 +54,7 @@ NAMESPACE_LABEL = "gridroute.io/service-namespace"
 into one route namespace never prune each other's backends."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gridroute"}
 _TEMPLATE_FIELD = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
+_HOST_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class PlanRefused(Exception):
@@ -168,11 +175,45 @@ def claimed_target(namespace: str, name: str) -> str:
     return f"v1:httproute:{namespace}/{name}"
 
 
+def hostname_problem(host: str, *, wildcard: bool = False) -> str | None:
+    """Why `host` cannot be a Gateway API hostname, or None: it must be a lowercase RFC 1123
+    name (labels of `a-z`, `0-9` and `-`, at most 63 characters each, 253 in all), not an
+    IP address; with `wildcard`, a leading `*.` is allowed (OME's validateGatewayAPIHostname)."""
+    name = host[2:] if wildcard and host.startswith("*.") else host
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        pass
+    else:
+        return "must not be an IP address"
+    if not name or len(name) > 253 or not all(_HOST_LABEL.match(p) for p in name.split(".")):
+        return (
+            "is not a lowercase RFC 1123 hostname (labels of a-z, 0-9 and '-', "
+            "at most 63 characters each, 253 in all)"
+        )
+    return None
+
+
+def _raw_host(endpoint: str) -> str:
+    """The endpoint's host as written (`urlsplit().hostname` would lowercase it)."""
+    netloc = urlsplit(endpoint).netloc.rpartition("@")[2]
+    if netloc.startswith("["):
+        return netloc[1:].partition("]")[0]
+    return netloc.partition(":")[0]
+
+
 def _host(endpoint: str | None, cluster: str) -> str:
-    host = urlsplit(endpoint or "").hostname
+    field = f"entry {cluster}: endpoint {endpoint!r}"
+    try:
+        host = _raw_host(endpoint or "")
+    except ValueError as exc:
+        raise PlanRefused(PublishOutcome.INVALID_PLAN, f"{field}: not a URL: {exc}") from None
     if not host:
+        raise PlanRefused(PublishOutcome.INVALID_PLAN, f"{field} has no host")
+    problem = hostname_problem(host)
+    if problem is not None:
         raise PlanRefused(
-            PublishOutcome.INVALID_PLAN, f"entry {cluster}: endpoint {endpoint!r} has no host"
+            PublishOutcome.INVALID_PLAN, f"{field}: backend hostname {host!r} {problem}"
         )
     return host
 
@@ -185,6 +226,15 @@ def _global_host(tm: TrafficMap, opts: RouteOptions) -> str | None:
     return None
 
 
+def _check_global_host(host: str, opts: RouteOptions) -> None:
+    problem = hostname_problem(host, wildcard=True)
+    if problem is not None:
+        field = "globalHost" if opts.hostname else f"globalHostTemplate {opts.host_template!r}"
+        raise PlanRefused(
+            PublishOutcome.INVALID_PLAN, f"{field}: global hostname {host!r} {problem}"
+        )
+
+
 def render(tm: TrafficMap, opts: RouteOptions) -> RenderedRoute:
     """The route, Services and policies for `tm`; raises `PlanRefused` with the reason."""
     host = _global_host(tm, opts)
@@ -192,6 +242,7 @@ def render(tm: TrafficMap, opts: RouteOptions) -> RenderedRoute:
         raise PlanRefused(
             PublishOutcome.WITHDRAWN, "globalGateway, backendPort and a hostname are all needed"
         )
+    _check_global_host(host, opts)
     entries = tm.spec.entries
     if len(entries) > MAX_BACKEND_REFS:
         raise PlanRefused(
@@ -212,7 +263,7 @@ def render(tm: TrafficMap, opts: RouteOptions) -> RenderedRoute:
         parent["sectionName"] = opts.section_name
 
     refs, services, policies, slices = [], [], [], []
-    for entry in entries:
+    for entry in sorted(entries, key=lambda e: e.cluster):  # OME sorts its homes by cluster
         backend_host = _host(entry.endpoint, entry.cluster)
         backend = backend_name(source_ns, service, entry.cluster)
         ref: dict[str, Any] = {

@@ -2,7 +2,8 @@
 turned into one (reference 4.1).
 
 Field names are OME's, camelCase on the wire. The map leaves out `allocated` and
-`ready` when they are 0 (seed) and `factor` when it is 1. Entries are sorted by cluster.
+`ready` when they are 0 (seed) and `factor` when it is 1. Entries are sorted by cluster;
+an entry's cluster must be a DNS label (a map naming any other is refused).
 Conditions carry `lastTransitionTime`, kept from the previous map while a condition's
 status does not change, as Kubernetes conditions do.
 """
@@ -10,9 +11,10 @@ status does not change, as Kubernetes conditions do.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Final, Literal
+import re
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from gridroute.core.probegate import ProbeState
@@ -59,8 +61,25 @@ class Probe(_Model):
     message: str | None = None
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _cluster_name(value: str) -> str:
+    if not _DNS_LABEL.match(value):
+        raise ValueError(
+            "must be a DNS label (lowercase letters, digits and '-', starting and ending "
+            "with a letter or digit, at most 63 characters), as control.yaml's cluster names"
+        )
+    return value
+
+
+ClusterName = Annotated[str, AfterValidator(_cluster_name)]
+"""A workload cluster's name: a DNS label, as control.yaml's `Name` (OME allows a DNS-1123
+subdomain that fits a label value; gridroute's cluster names have no dots)."""
+
+
 class MapEntry(_Model):
-    cluster: str
+    cluster: ClusterName
     endpoint: str | None = None
     weight: int = Field(0, ge=0, le=1_000_000)
     healthy: bool = False
