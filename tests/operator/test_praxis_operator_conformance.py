@@ -35,6 +35,7 @@ from operator_fixtures import (
 )
 from prometheus_client import CollectorRegistry
 
+from gridroute.clock import wall
 from gridroute.core.liveness import Live, first_seen, step
 from gridroute.core.sample import Sample
 from gridroute.core.window import SampleWindow
@@ -1146,43 +1147,36 @@ def test_a_relayed_age_past_either_bound_is_dropped_as_skew(stamp: int, want: fl
         assert got is not None and abs(got - want) < 1e-6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gridroute defect, not fixed (docs/reliability.md, 'Not covered yet'): "
-    "samples are held on the wall clock (Operator "
-    "clock=time.time, operator/service.py:60; SignalsClient clock=time.time, "
-    "relay/poller.py:276; gateway/current.py:112), and the reader's SampleWindow.add "
-    "(core/window.py:76) ignores a sample whose `at` is not newer than its head, so after "
-    "the host's wall clock steps back every new sample is 'older' than the held one and is "
-    "ignored until the clock catches up: the reading freezes at the pre-step value (and, "
-    "stamped in the reader's future, never goes silent). Upstream holds its store on a "
-    "monotonic Timeline. Fix: one clock for Operator, SignalsClient and the gateway, "
-    "anchored at the wall time at start and advanced by time.monotonic()",
-)
-def test_a_wall_step_between_polls_costs_nothing_on_the_timeline() -> None:
+def test_a_wall_step_between_polls_costs_nothing_on_the_timeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """signals/src/signals.rs::a_wall_step_between_polls_costs_nothing_on_the_timeline
-    (and ::a_timeline_advances_with_the_monotonic_clock_from_its_start): the hub's wall
+    (and ::a_timeline_advances_with_the_monotonic_clock_from_its_start): the hub's host
     clock steps back an hour between two polls of west (9 in flight, then 2, one second
-    apart on west's clock). Its gateway, on the same host clock, reads 2 as the newest
-    sample, and the 9 still counts in the window."""
+    apart on west's clock). The hub reads its clock as its Operator and SignalsClient do
+    by default (`gridroute.clock.wall`); its gateway reads 2 as the newest sample, and
+    the 9 still counts in the window. On `time.time` the reading froze at 9 for the
+    hour (each new sample read as older than the held one)."""
     hour = 3600.0
     west_date = [1_000_000.0]
-    hub_clock = [50_000.0]
     store = RelayStore("hub")
     gateway = SampleWindow("west/p")
 
     def poll(value: float) -> None:
-        offset = hub_clock[0] - west_date[0]  # what SignalsClient computes for west
+        hub_now = wall()
+        offset = hub_now - west_date[0]  # what SignalsClient computes for west
         stamp = round(west_date[0] * 1000)
         lines = [row(RUNNING, "west", "p", value, stamp), row(READY, "west", "p", 1, stamp)]
         store.add_peer("west", decode(lines, date=west_date[0], offset=offset).received)
-        relay = store.encode(hub_clock[0]).body  # the gateway reads its operator
-        for r in decode_relay(relay, date=hub_clock[0], offset=0.0).received:
+        relay = store.encode(hub_now).body  # the gateway reads its operator
+        for r in decode_relay(relay, date=hub_now, offset=0.0).received:
             gateway.add(r.sample)
 
     poll(9.0)
     west_date[0] += 1.0
-    hub_clock[0] += 1.0 - hour
+    stepped = time.time() - hour
+    monkeypatch.setattr(time, "time", lambda: stepped)  # the host's clock, set back
+    time.sleep(0.005)  # a few ms pass on the hub (stamps are whole milliseconds)
     poll(2.0)
     assert gateway.newest is not None and gateway.newest.running == 2.0
     assert gateway.reading(1.0).in_flight == 9.0  # type: ignore[union-attr]

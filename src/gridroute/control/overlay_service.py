@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
 
+from gridroute.clock import wall
 from gridroute.config import ConfigError
 from gridroute.control.atomicfile import write_atomic
 from gridroute.control.overlay import Reading, RenderInput, load_input, next_revision, render
@@ -42,7 +42,7 @@ class OverlayService:
         input_path: Path,
         out: Path | None = None,
         interval_s: float = 1.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall,
     ) -> None:
         self.input_path = input_path
         self.out = out

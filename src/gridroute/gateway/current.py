@@ -6,11 +6,13 @@ swaps `snapshot` by reference; requests read `snapshot` once and keep it. `own`
 counts this gateway's in-flight per candidate, and `changes` wakes requests held in
 the admission queue when a request ends or a new snapshot arrives.
 
-Two clocks. `clock` is the wall clock (`time.time`) because the poller re-bases every
-sample onto the reader's wall clock; snapshot times and own-load change points must be
-on the same clock as the samples they correct. `monotonic` (`time.monotonic`) times
-everything that is a span rather than a point in the samples' time: admission-queue
-deadlines, request durations, affinity idle times, the decision history's window.
+Two clocks. `clock` is the wall clock (`gridroute.clock.wall`: a host clock set back
+does not move it) because the poller re-bases every sample onto the reader's wall
+clock; snapshot times and own-load change points must be on the same clock as the
+samples they correct (the Prometheus transport sets `time.time`, Prometheus's own).
+`monotonic` (`time.monotonic`) times everything that is a span rather than a point in
+the samples' time: admission-queue deadlines, request durations, affinity idle times,
+the decision history's window.
 A wall clock stepped by NTP or by hand would otherwise end a hold at once or stretch it
 by the size of the step.
 """
@@ -25,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from random import Random
 
+from gridroute.clock import wall
 from gridroute.core import (
     AffinityTable,
     AvailabilitySettings,
@@ -109,7 +112,7 @@ class CurrentGrid:
         routing: Routing,
         settings: AvailabilitySettings,
         rng: Random | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.routing = routing

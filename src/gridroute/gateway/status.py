@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -106,7 +105,7 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
                 "completed": gw.signals.completed,
                 "result": None if latest is None else latest.result.value,
                 "error": None if latest is None else latest.error,
-                "age_s": None if latest is None else _num(time.time() - latest.ended_at),
+                "age_s": None if latest is None else _num(current.clock() - latest.ended_at),
                 "undelivered": sorted(gw.signals.undelivered),
             }
         )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gridroute.clock import wall
 from gridroute.inbound.client_errors import ClientErrors
 from gridroute.inbound.guard import Guard, GuardedRunner
 from gridroute.inbound.tls_gate import TLSGateSite
@@ -57,7 +57,7 @@ class Operator:
         self,
         config: OperatorConfig,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config

@@ -12,11 +12,11 @@ reconnects on its own.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter
 
+from gridroute.clock import wall
 from gridroute.relay.nats_connection import NatsConnection, NotConnected
 from gridroute.relay.nats_link import NatsLink
 from gridroute.wire.signals import TIME_HEADER
@@ -52,7 +52,7 @@ class NatsPublisher:
         site: str,
         *,
         metrics: PublishMetrics,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall,
     ) -> None:
         self.link = link
         self.site = site

@@ -30,12 +30,12 @@ the same:
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gridroute.clock import wall
 from gridroute.core.demand import DemandReport
 from gridroute.relay.nats_connection import NatsConnection
 from gridroute.relay.nats_gateway_reports import GatewayReportBoard
@@ -89,7 +89,7 @@ class NatsSignalsSource:
         metrics: PollMetrics,
         name: str = "gridroute-gateway",
         limits: PollLimits | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall,
         logger: logging.Logger = log,
         reporter: OwnReport | None = None,
     ) -> None:

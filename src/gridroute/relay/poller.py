@@ -26,7 +26,6 @@ import asyncio
 import email.utils
 import logging
 import ssl
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,6 +34,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gridroute.clock import wall
 from gridroute.relay.bounded_body import BodyTooLarge, read_bounded
 from gridroute.relay.tls_resumption import ResumingContext
 from gridroute.tls import TLSFiles, load_context
@@ -273,7 +273,7 @@ class SignalsClient:
         expected_identity: str | None = None,
         expected_site: str | None = None,
         limits: PollLimits | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall,
         logger: logging.Logger = log,
         delta: bool = False,
     ) -> None:
