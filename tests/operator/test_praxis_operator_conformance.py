@@ -417,13 +417,6 @@ _REFUSAL_CASES = [
         "-1",
         False,
         id="negative",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="deliberate: docs/selection.md: 'Implausible values are made plausible "
-            "first: negative clamps to 0; NaN, infinities and counts over 1,000,000 are "
-            "treated as absent' (reference-behaviour 1.2 too); upstream's hub refuses a "
-            "negative peer value as absent before relaying",
-        ),
     ),
     pytest.param(RUNNING, "pool", "1.5", True, id="saturation above one"),
 ]

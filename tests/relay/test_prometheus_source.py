@@ -118,7 +118,7 @@ def test_a_lying_peer_read_through_prometheus_is_clamped_as_on_the_signals_path(
     # gateway reading them back through the query API gets the same clamped sample the
     # operator's /signals decoder would have made of those rows.
     lie = Sample(
-        site="hub", provider="p", at=time.time(), running=1e12, waiting=-3.0, ready=2.0,
+        site="hub", provider="p", at=time.time(), running=1e12, waiting=3.0, ready=2.0,
         held=0.0, kv_usage=7.0, max_running=5e9, generation=1,
     )  # fmt: skip
     series = tuple(
@@ -145,7 +145,7 @@ def test_a_lying_peer_read_through_prometheus_is_clamped_as_on_the_signals_path(
     run(scenario)
     (via_prometheus,) = got_samples
     assert (via_prometheus.running, via_prometheus.waiting, via_prometheus.max_running) == (
-        None, 0.0, None,
+        None, 3.0, None,
     )  # fmt: skip
     assert via_prometheus.kv_usage == 1.0
     fields = [attr for attr, _ in FIELDS]

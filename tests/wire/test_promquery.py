@@ -81,18 +81,18 @@ def test_rows_are_dropped_by_reason_and_bounded() -> None:
 
 
 def test_a_lying_value_read_through_prometheus_is_clamped_as_on_the_signals_path() -> None:
-    # A peer that lies (a huge count, a negative one, a KV ratio over 1) and is scraped by
-    # Prometheus gets the same treatment as on /signals: absent, 0, and 1.
+    # A peer that lies (a huge count, a KV ratio over 1) and is scraped by Prometheus gets
+    # the same treatment as on /signals: absent, and 1; a negative count drops the instant.
     answer = _matrix(
         _series("llm_d_epp_average_running_requests", "hub", "p", [(NOW - 1, "1e12")]),
-        _series("llm_d_epp_average_queue_size", "hub", "p", [(NOW - 1, "-3")]),
+        _series("llm_d_epp_average_queue_size", "hub", "p", [(NOW - 1, "3")]),
         _series("llm_d_epp_ready_endpoints", "hub", "p", [(NOW - 1, "2")]),
         _series("grid_provider_max_running", "hub", "p", [(NOW - 1, "5e9")]),
         _series("llm_d_epp_average_kv_cache_utilization", "hub", "p", [(NOW - 1, "7")]),
     )
     (row,) = decode_samples(answer, ["hub"], NOW, max_series=100).received
     s = row.sample
-    assert (s.running, s.waiting, s.ready, s.max_running) == (None, 0.0, 2.0, None)
+    assert (s.running, s.waiting, s.ready, s.max_running) == (None, 3.0, 2.0, None)
     assert s.kv_usage == 1.0
     assert s.capacity is None  # no ceiling can be learned from the lie
 
@@ -127,3 +127,18 @@ def test_rounds_are_the_last_scrape_attempt_per_configured_site() -> None:
     assert rounds == {"hub": NOW - 0.5}
     decoded = with_rounds(decode_samples(_matrix(), ["hub"], NOW, max_series=1), rounds)
     assert decoded.round_ends == {"hub": NOW - 0.5}
+
+
+def test_a_negative_count_drops_its_instant_not_reads_as_idle() -> None:
+    """A lying peer's negative in-flight, clamped to 0, read its site as idle and drew
+    traffic there; as on /signals, the instant is dropped and the one before stands."""
+    answer = _matrix(
+        _series(
+            "llm_d_epp_average_running_requests", "hub", "p", [(NOW - 2, "7"), (NOW - 1, "-4")]
+        ),
+        _series("llm_d_epp_ready_endpoints", "hub", "p", [(NOW - 2, "1"), (NOW - 1, "1")]),
+    )
+    got = decode_samples(answer, ["hub"], NOW, max_series=100)
+    (row,) = got.received
+    assert row.sample.running == 7.0 and row.sample.at == NOW - 2
+    assert got.dropped[DropReason.PARSE] == 1

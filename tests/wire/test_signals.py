@@ -220,9 +220,12 @@ def test_unknown_series_of_a_newer_operator_are_ignored_silently() -> None:
 
 
 def test_implausible_values_are_sanitized_not_trusted() -> None:
+    """A huge count reads as absent; a negative one is outside the contract and drops its
+    row (as the reference's hub refuses it): clamped to 0 it read a site as idle."""
     got = decode_relay(rows(line(value="1e12"), line(provider="b", value="-3")), date=NOW, offset=0)
     by = {r.sample.provider: r.sample for r in got.received}
-    assert by["pool-a"].running is None and by["b"].running == 0.0
+    assert by["pool-a"].running is None and "b" not in by
+    assert got.dropped[DropReason.PARSE] == 1
 
 
 # --- fuzzing ------------------------------------------------------------------------

@@ -223,6 +223,7 @@ def decode_samples(
     dropped: Counter[DropReason] = Counter()
     # (site, provider) -> stamp_ms -> attr -> value
     rows: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
+    poisoned: set[tuple[str, str, int]] = set()
     for series in result:
         metric = series.get("metric") if isinstance(series, dict) else None
         values = series.get("values") if isinstance(series, dict) else None
@@ -252,6 +253,12 @@ def decode_samples(
             if at is None or value is None:
                 dropped[DropReason.PARSE] += 1
                 continue
+            if value < 0.0:
+                # Outside the contract: the whole instant goes, as on /signals (clamped
+                # to 0, a lying peer's negative count read its site as idle).
+                dropped[DropReason.PARSE] += 1
+                poisoned.add((site, provider, round(at * 1000)))
+                continue
             if at > now + SKEW_AHEAD_S:
                 dropped[DropReason.SKEW] += 1
                 continue
@@ -259,6 +266,8 @@ def decode_samples(
     received: list[Received] = []
     per_site: Counter[str] = Counter()
     for (site, provider), stamps in sorted(rows.items()):
+        for stamp_ms in [t for t in stamps if (site, provider, t) in poisoned]:
+            del stamps[stamp_ms]
         if not stamps:
             continue
         per_site[site] += 1

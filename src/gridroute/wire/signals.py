@@ -464,6 +464,9 @@ def decode_relay(
         targeted = m["tsite"] is not None
         if (
             not math.isfinite(value)
+            # A negative count is outside the contract, as the reference's hub refuses
+            # it: clamped to 0 it read a lying peer's site as idle, and drew traffic.
+            or (attr is not None and value < 0.0)
             or (attr is None) != (provider is None)
             or targeted != (metric in _TARGETED)
         ):
