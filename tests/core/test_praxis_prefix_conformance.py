@@ -64,8 +64,8 @@ ABSOLUTE_QUEUE_COST = (
     "documented difference: gridroute sets the saving against the queue at the matched "
     "site itself (docs/prefix-affinity.md: 'its saving ... beats the expected queueing "
     "there, queued_request_seconds (2.0) x requests queued at the site'): 0.256 s < 2 x "
-    "1.1; the reference weighs the holder's queue against the best other site's (1.1 - "
-    "1.0 = 0.1 <= 0.128 requests) and keeps the holder"
+    "0.2, a miss; the reference weighs the holder's queue against the best other site's "
+    "(0.2 - 0.1 = 0.1 <= 0.128 requests) and keeps the holder"
 )
 SESSION_IS_A_HINT = (
     "documented difference: a session is a preference inside the tier, never a pin "
@@ -181,17 +181,24 @@ def test_a_conversation_stays_on_the_site_holding_its_prompt_with_room(policy: P
     """route.rs::a_conversation_stays_on_the_site_holding_its_prompt, both sites with room
     (20 of 100 running): a's queue 0.1 against b's 0.0, the prompt stays at a."""
     snap = roomy({"a": (20, 0.1), "b": (20, 0.0)})
-    assert routed(snap, policy, held_at("a/pool-a")) == {"a": 200}
+    prefix = held_at("a/pool-a")
+    d = one(snap, policy, prefix)
+    assert prefix.outcome is PrefixOutcome.HIT, (prefix.outcome, d.path)  # b alone in its tier
+    assert routed(snap, policy, prefix) == {"a": 200}
 
 
 @pytest.mark.xfail(strict=True, reason=ABSOLUTE_QUEUE_COST)
 @pytest.mark.parametrize("policy", BOTH)
 def test_a_conversation_stays_on_the_site_holding_its_prompt_in_one_tier(policy: Policy) -> None:
     """route.rs::a_conversation_stays_on_the_site_holding_its_prompt, both in gridroute's
-    queued tier with room: a's queue 1.1 is 0.1 deeper than b's 1.0, under the 0.128
-    queued requests the match is worth: the prompt stays at a."""
-    snap = roomy({"a": (20, 1.1), "b": (20, 1.0)})
-    assert routed(snap, policy, held_at("a/pool-a")) == {"a": 200}
+    queued tier with room (queues under `queue_full`, so no hard ceiling): a's queue 0.2
+    is 0.1 deeper than b's 0.1, under the 0.128 queued requests the match is worth: the
+    prompt stays at a."""
+    snap = roomy({"a": (20, 0.2), "b": (20, 0.1)})
+    prefix = held_at("a/pool-a")
+    one(snap, policy, prefix)
+    assert prefix.outcome is PrefixOutcome.HIT, prefix.outcome
+    assert routed(snap, policy, prefix) == {"a": 200}
 
 
 @pytest.mark.parametrize("policy", BOTH)
