@@ -613,24 +613,62 @@ def test_resolve_probe_policy_digest_is_complete(change: dict[str, object]) -> N
     assert policy_digest(base) != policy_digest(changed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not implemented: per-service routing.capacity (an inline capacity policy "
-    "replacing capacityPolling, or disabling it). Capacity polls are gathered once per "
-    "operator provider with the global policy (control/inputs.py), so a per-service "
-    "policy needs per-policy poll state there, not only a config field.",
-)
 def test_resolve_capacity_policy_inline_replacement_and_disable(tmp_path: Path) -> None:
     """resolver_test.go::TestResolveCapacityPolicyInlineReplacementAndDisable,
     controller_test.go::TestReconcile_InlineCapacityDisableSkipsGlobalCapacity and
     ::TestReconcile_InlineCapacityPolicyDrivesObservationAndRequeue: a service may carry
     its own capacity block (`spec.routing.capacity`, `disabled: true` included) and it is
-    accepted."""
+    accepted. The inline block replaces the global one whole (POST /deep-capacity, 3 m,
+    9 s, samples 7, quorum 3, maxAge 10 m); `disabled` leaves no policy at all."""
+    inline = {
+        "path": "/deep-capacity",
+        "method": "POST",
+        "periodSeconds": 180,
+        "timeoutSeconds": 9,
+        "samples": 7,
+        "quorum": 3,
+        "maxAgeSeconds": 600,
+    }
     data = seed()
     data["capacityPolling"] = OME_CAPACITY
+    data["services"][0]["routing"] = {"capacity": inline}
+    loaded = parse(data, "control.yaml", Path("."))
+    assert not loaded.refused
+    got = loaded.services[0].capacity(loaded.config.capacity_polling)
+    assert got == CapacityPolling.model_validate({**inline, "enabled": True, "format": "Report"})
+
     data["services"][0]["routing"] = {"capacity": {"disabled": True}}
+    loaded = parse(data, "control.yaml", Path("."))
+    assert loaded.services[0].capacity(loaded.config.capacity_polling) is None
     result = run(Reconciler(write(tmp_path, data), clock=Clock()))
     assert result.services[0].outcome is PublishOutcome.PUBLISHED, result.errors
+    assert cond(the_map(tmp_path), "CapacityFallback") == ("False", "CapacityPollingDisabled")
+    for entry in the_map(tmp_path).spec.entries:  # the plan stands, with no fallback reason
+        assert entry.capacity is not None
+        assert (entry.capacity.source, entry.capacity.fallback_reason) == ("ControlPlane", None)
+
+
+def test_resolve_capacity_policy_validation_attribution() -> None:
+    """resolver_test.go::TestResolveCapacityPolicyValidationScopeAndAttribution ("disabled
+    must not be combined with capacity configuration fields", and an inline error is
+    attributed to the service's block) and config_test.go's quorum span: an inline
+    maxAge must span `quorum` periods."""
+    cases = {
+        "disabled: must not be combined": {"disabled": True, "path": "/conflicting"},
+        "method: Input should be": {"method": "DELETE"},
+        "maxAgeSeconds: must span at least quorum (3)": {
+            "samples": 3,
+            "quorum": 3,
+            "periodSeconds": 10,
+            "maxAgeSeconds": 25,
+        },
+    }
+    for want, block in cases.items():
+        data = seed()
+        data["services"][0]["routing"] = {"capacity": block}
+        loaded = parse(data, "control.yaml", Path("."))
+        assert not loaded.services
+        assert f"services[llama-chat].routing.capacity.{want}" in loaded.refused[0].message
 
 
 def test_resolve_capacity_policy_accepts_the_ome_methods() -> None:

@@ -20,8 +20,18 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from gridroute import tls
 from gridroute.config import ConfigError, Problem, check_files, read_mapping
@@ -107,10 +117,10 @@ class ProbeOverride(_Model):
     disabled: bool | None = None
 
 
-class CapacityPolling(_Model):
-    """Endpoint capacity reports `{servable, observedAt}` from each home's operator."""
+class _CapacityFields(_Model):
+    """The fields of a capacity policy: `capacityPolling`'s, and a service's own
+    `routing.capacity`."""
 
-    enabled: bool = False
     path: str = Field("/capacity/{provider}", pattern=r"^/")
     """Path on the home's operator; `{provider}` is the home's provider name."""
     method: Literal["GET", "HEAD", "POST"] = "GET"
@@ -131,18 +141,87 @@ class CapacityPolling(_Model):
     """With polling enabled, at least the period (else every report would go stale
     before the next poll and the allocation would flap)."""
 
+    def _problems(self, *, spans: bool) -> list[tuple[str, str, float]]:
+        """(field, reason, value) for each rule the policy breaks as a polled one. With
+        `spans` (a service's own block, as OME's inline validation): `maxAgeSeconds` must
+        span at least `quorum` whole periods, else a quorum could never be fresh at once."""
+        t, p, m, q = self.timeout_seconds, self.period_seconds, self.max_age_seconds, self.quorum
+        problems: list[tuple[str, str, float]] = []
+        if t >= p:
+            problems.append(("timeoutSeconds", f"must be shorter than periodSeconds ({p:g})", t))
+        if m < p:
+            problems.append(("maxAgeSeconds", f"must be at least periodSeconds ({p:g})", m))
+        elif spans and q > 1 and Fraction(str(m)) // Fraction(str(p)) < q:
+            reason = f"must span at least quorum ({q}) periods of periodSeconds ({p:g})"
+            problems.append(("maxAgeSeconds", reason, m))
+        return problems
+
+
+class CapacityPolling(_CapacityFields):
+    """Endpoint capacity reports `{servable, observedAt}` from each home's operator."""
+
+    enabled: bool = False
+
     @model_validator(mode="after")
     def _consistent(self) -> CapacityPolling:
         if self.quorum > self.samples:
             raise ValueError("quorum cannot exceed samples")
         if not self.enabled:
             return self  # as OME: only a configured source is checked against its period
-        t, p, m = self.timeout_seconds, self.period_seconds, self.max_age_seconds
-        if t >= p:
-            raise ValueError(f"timeoutSeconds ({t:g}) must be shorter than periodSeconds ({p:g})")
-        if m < p:
-            raise ValueError(f"maxAgeSeconds ({m:g}) must be at least periodSeconds ({p:g})")
+        problems = self._problems(spans=False)
+        if problems:
+            field, reason, value = problems[0]
+            raise ValueError(f"{field} ({value:g}) {reason}")
         return self
+
+
+def _located(title: str, problems: list[tuple[str, str, object]]) -> ValidationError:
+    """A validation error whose lines name the fields (`timeoutSeconds`), not the block."""
+    return ValidationError.from_exception_data(
+        title,
+        [
+            InitErrorDetails(
+                type=PydanticCustomError("value_error", "{reason}", {"reason": reason}),
+                loc=(field,),
+                input=value,
+            )
+            for field, reason, value in problems
+        ],
+    )
+
+
+class ServiceCapacity(_CapacityFields):
+    """A service's own capacity policy (`routing.capacity`, OME's spec.routing.capacity).
+    It replaces `capacityPolling` whole for that service: a field left out takes its
+    default here, not the global value, and the block polls whether or not
+    `capacityPolling.enabled` is set. `disabled: true` turns polling off for the service
+    and stands alone. Validated as a polled `capacityPolling`, and `maxAgeSeconds` must
+    span at least `quorum` periods."""
+
+    disabled: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServiceCapacity:
+        if self.disabled:
+            others = sorted(to_camel(f) for f in self.model_fields_set - {"disabled"})
+            if others:
+                reason = f"must not be combined with other capacity fields ({', '.join(others)})"
+                raise _located("ServiceCapacity", [("disabled", reason, True)])
+            return self
+        problems: list[tuple[str, str, object]] = []
+        if self.quorum > self.samples:
+            problems.append(("quorum", f"cannot exceed samples ({self.samples})", self.quorum))
+        problems += self._problems(spans=True)
+        if problems:
+            raise _located("ServiceCapacity", problems)
+        return self
+
+    def policy(self) -> CapacityPolling | None:
+        """The polling policy this block stands for; None when it is `disabled`."""
+        if self.disabled:
+            return None
+        fields = self.model_dump(exclude={"disabled"})
+        return CapacityPolling.model_validate({**fields, "enabled": True})
 
 
 class OperatorRef(_Model):
@@ -199,6 +278,17 @@ class Routing(_Model):
     capacity_factors: dict[Name, Factor] = {}
     """Per-cluster Kubernetes quantity; each replica there counts this many times."""
     probe: ProbeOverride | None = None
+    capacity: ServiceCapacity | None = None
+    """This service's own capacity policy, in place of `capacityPolling` (or `disabled`)."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Without a block, dumped as before it existed: the service's source digest (and
+        # so its map's sourceGeneration) does not move for services that do not use it.
+        out: dict[str, Any] = handler(self)
+        if self.capacity is None:
+            out.pop("capacity", None)
+        return out
 
 
 class ServiceConfig(_Model):
@@ -229,6 +319,19 @@ class ServiceConfig(_Model):
             return default
         inline = self.routing.probe.model_dump(exclude_none=True, by_alias=True)
         return ProbeSpec.model_validate({**default.model_dump(by_alias=True), **inline})
+
+    def capacity(self, default: CapacityPolling) -> CapacityPolling | None:
+        """The effective capacity policy: this service's `routing.capacity` whole, else
+        the global one; None when polling is off for the service."""
+        inline = self.routing.capacity
+        if inline is None:
+            return default if default.enabled else None
+        return inline.policy()
+
+    @property
+    def capacity_disabled(self) -> bool:
+        """Polling is off for this service by its own `routing.capacity.disabled`."""
+        return self.routing.capacity is not None and self.routing.capacity.disabled
 
 
 class BackendTLS(_Model):

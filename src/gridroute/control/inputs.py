@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable
 
 import aiohttp
 
-from gridroute.control.config import Loaded, OperatorRef, ProbeSpec, ServiceConfig
+from gridroute.control.config import (
+    CapacityPolling,
+    Loaded,
+    OperatorRef,
+    ProbeSpec,
+    ServiceConfig,
+)
 from gridroute.control.probes import policy_digest, probe, probeable
 from gridroute.control.readings import (
     READY_HOLD_S,
@@ -24,7 +29,7 @@ from gridroute.control.readings import (
     read_capacity,
     read_ready,
 )
-from gridroute.core.capacityreport import Attempt, ReportPolicy, read
+from gridroute.core.capacityreport import Attempt, ReportPolicy, due, kept, read
 from gridroute.core.probegate import ProbeState, ProbeThresholds, step
 from gridroute.core.trafficmap import Drain, Home, MapInput, lowest_counts
 
@@ -34,6 +39,9 @@ HomeKey = tuple[str, str, str]
 """(namespace, service, cluster)."""
 ProviderKey = tuple[str, str]
 """(operator url, provider)."""
+PollKey = tuple[str, str, CapacityPolling]
+"""(operator url, provider, effective capacity policy): one poll window and cadence. Two
+services on one provider share a window only when their policies are equal."""
 
 
 def _refs(loaded: Loaded) -> set[ProviderKey]:
@@ -48,17 +56,31 @@ def _refs(loaded: Loaded) -> set[ProviderKey]:
     return keys
 
 
+def _capacity_keys(loaded: Loaded) -> dict[PollKey, None]:
+    """Every window to poll (in config order): each routed service's homes with an
+    operator, under the service's effective policy; none for a service it is off for."""
+    keys: dict[PollKey, None] = {}
+    for svc in loaded.services:
+        policy = svc.capacity(loaded.config.capacity_polling)
+        if policy is None or not svc.routing.enabled:
+            continue
+        for home in svc.homes:
+            if home.operator is not None:
+                keys[(home.operator.url, home.operator.provider, policy)] = None
+    return keys
+
+
 class Observations:
     """Live readings and probe gates, keyed by provider and by home."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.ready: dict[ProviderKey, ReadyReading] = {}
-        self.capacity: dict[ProviderKey, deque[Attempt]] = {}
+        self.capacity: dict[PollKey, tuple[Attempt, ...]] = {}
         self.probes: dict[HomeKey, ProbeState] = {}
         self.probe_digests: dict[HomeKey, str] = {}
         self._probed_at: dict[HomeKey, float] = {}
-        self._capacity_at: float | None = None
+        self._capacity_at: dict[PollKey, float] = {}
 
     def restore_probe(self, key: HomeKey, digest: str, state: ProbeState) -> None:
         """Hysteresis from a stored map, kept only while the policy is the same one."""
@@ -91,24 +113,24 @@ class Observations:
             self.ready[key] = ReadyReading(result, now)
 
     async def _gather_capacity(self, session: aiohttp.ClientSession, loaded: Loaded) -> None:
-        polling = loaded.config.capacity_polling
+        """Poll each window that is due under its own policy; a window no service uses
+        any more (a policy changed, a service left) is forgotten."""
         now = self.clock()
-        if not polling.enabled:
+        keys = _capacity_keys(loaded)
+        for gone in [k for k in self.capacity.keys() | self._capacity_at.keys() if k not in keys]:
+            self.capacity.pop(gone, None)
+            self._capacity_at.pop(gone, None)
+        polls = [k for k in keys if due(self._capacity_at.get(k), now, k[2].period_seconds)]
+        if not polls:
             return
-        if self._capacity_at is not None and now - self._capacity_at < polling.period_seconds:
-            return
-        self._capacity_at = now
-        keys = sorted(_refs(loaded))
+        for key in polls:
+            self._capacity_at[key] = now
         tls = operator_ssl(loaded.config.operator_tls, loaded.base)
         attempts = await asyncio.gather(
-            *(read_capacity(session, OperatorRef(url=u, provider=p), polling, tls) for u, p in keys)
+            *(read_capacity(session, OperatorRef(url=u, provider=p), c, tls) for u, p, c in polls)
         )
-        for key, attempt in zip(keys, attempts, strict=True):
-            kept = self.capacity.get(key)
-            if kept is None or kept.maxlen != polling.samples:
-                kept = deque(kept or (), maxlen=polling.samples)
-                self.capacity[key] = kept
-            kept.append(attempt)
+        for key, attempt in zip(polls, attempts, strict=True):
+            self.capacity[key] = kept(self.capacity.get(key, ()), attempt, key[2].samples)
 
     async def _gather_probes(self, session: aiohttp.ClientSession, loaded: Loaded) -> None:
         jobs = []
@@ -154,8 +176,7 @@ class Observations:
     ) -> tuple[MapInput, ProbeSpec]:
         """The core's input for `svc`, from config, what was observed and its drains."""
         spec = svc.probe(loaded.config.probe)
-        polling = loaded.config.capacity_polling
-        policy = ReportPolicy(max_age_s=polling.max_age_seconds, quorum=polling.quorum)
+        polling = svc.capacity(loaded.config.capacity_polling)
         now = self.clock()
         homes = []
         for h in svc.homes:
@@ -177,12 +198,13 @@ class Observations:
             if not spec.disabled and probeable(h.endpoint):
                 gate = self.probes.get(key, ProbeState())
             reported, fallback = None, None
-            if polling.enabled:
+            if polling is not None:
                 if h.operator is None:
                     fallback = "no operator to poll for capacity"
                 else:
-                    attempts = self.capacity.get((h.operator.url, h.operator.provider), ())
-                    reading = read(tuple(attempts), now, policy)
+                    window = self.capacity.get((h.operator.url, h.operator.provider, polling), ())
+                    rules = ReportPolicy(max_age_s=polling.max_age_seconds, quorum=polling.quorum)
+                    reading = read(window, now, rules)
                     reported, fallback = reading.reported, reading.fallback_reason
             homes.append(
                 Home(
@@ -202,6 +224,7 @@ class Observations:
             homes=tuple(homes),
             drains=drains,
             all_failed_policy=spec.all_failed_policy,
-            capacity_polling=polling.enabled,
+            capacity_polling=polling is not None,
+            capacity_disabled_by_service=svc.capacity_disabled,
         )
         return inp, spec

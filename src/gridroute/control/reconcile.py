@@ -229,7 +229,13 @@ class Reconciler:
         )
         changed = prior is None or prior.spec != new_spec
         generation = next_generation(stored_gen, changed)
-        table_conds = table_conditions(table, drains, spec.all_failed_policy, inp.capacity_polling)
+        table_conds = table_conditions(
+            table,
+            drains,
+            spec.all_failed_policy,
+            inp.capacity_polling,
+            inp.capacity_disabled_by_service,
+        )
         prior_status = prior.status if prior is not None else Status()
         status = prior_status.model_copy(
             update={

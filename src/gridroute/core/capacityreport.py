@@ -12,6 +12,10 @@ only the reports after the last failure count (fail open means the ceiling goes,
 old lows must not come back with the next success). Without a usable report, the
 control-plane allocation stands and `fallback_reason` says why ("stale", "unreachable",
 ...).
+
+Each (home's provider, effective policy) pair is its own window with its own cadence
+(`due`, `kept`): a service with its own `routing.capacity` never shares reports with
+one on the global policy, nor its poll times.
 """
 
 from __future__ import annotations
@@ -71,3 +75,13 @@ def read(attempts: tuple[Attempt, ...], now: float, policy: ReportPolicy) -> Rea
         since = " since the last failed poll" if failures else ""
         return Reading(None, f"no quorum: {len(fresh)} of {quorum} fresh report(s){since}")
     return Reading(None, f"unreachable: {latest.error or 'no answer'}")
+
+
+def due(last_polled_at: float | None, now: float, period_s: float) -> bool:
+    """Whether a window last polled at `last_polled_at` (None: never) is polled now."""
+    return last_polled_at is None or now - last_polled_at >= period_s
+
+
+def kept(window: tuple[Attempt, ...], attempt: Attempt, samples: int) -> tuple[Attempt, ...]:
+    """The window after `attempt`: the last `samples` attempts, newest last."""
+    return (*window, attempt)[-max(samples, 1) :]

@@ -86,6 +86,9 @@ class MapInput:
     drains: tuple[Drain, ...] = ()
     all_failed_policy: AllFailedPolicy = AllFailedPolicy.PRESERVE_TRAFFIC
     capacity_polling: bool = False
+    capacity_disabled_by_service: bool = False
+    """Polling is off because the service's own policy turns it off (`routing.capacity.
+    disabled`), not because the global one is."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,11 +150,13 @@ def override_active(table: Table, drains: tuple[Drain, ...]) -> Condition:
     return Condition(kind, Status.TRUE, OverrideReason.OVERRIDES_APPLIED.value, msg)
 
 
-def capacity_fallback(table: Table, polling: bool) -> Condition:
-    """True when capacity polling is on and an entry has no usable report."""
+def capacity_fallback(table: Table, polling: bool, by_service: bool = False) -> Condition:
+    """True when capacity polling is on and an entry has no usable report. `by_service`:
+    polling is off by the service's own policy (`routing.capacity.disabled`)."""
     kind, R = ConditionType.CAPACITY_FALLBACK, CapacityFallbackReason
     if not polling:
-        msg = "capacity polling is disabled; allocations come from the control plane"
+        which = " for this service (routing.capacity.disabled)" if by_service else ""
+        msg = f"capacity polling is disabled{which}; allocations come from the control plane"
         return Condition(kind, Status.FALSE, R.CAPACITY_POLLING_DISABLED.value, msg)
     if not table.entries:
         msg = "no addressable homes require endpoint capacity"
@@ -172,11 +174,15 @@ def capacity_fallback(table: Table, polling: bool) -> Condition:
 
 
 def table_conditions(
-    table: Table, drains: tuple[Drain, ...], policy: AllFailedPolicy, polling: bool
+    table: Table,
+    drains: tuple[Drain, ...],
+    policy: AllFailedPolicy,
+    polling: bool,
+    polling_off_by_service: bool = False,
 ) -> tuple[Condition, Condition, Condition]:
     """Routable, OverrideActive and CapacityFallback for one table."""
     return (
         routable(table, policy),
         override_active(table, drains),
-        capacity_fallback(table, polling),
+        capacity_fallback(table, polling, polling_off_by_service),
     )
