@@ -787,8 +787,28 @@ def test_parse_valid_overrides_are_sorted_by_id() -> None:
         pytest.param('{" drain":{"cluster":"a","reason":"one"}}', id="whitespace ID"),
         pytest.param('{"drain":"cluster-a"}', id="non-object override"),
         pytest.param('{"drain":{"reason":"one"}}', id="missing cluster"),
-        pytest.param('{"drain":{"cluster":"a"}}', id="missing reason"),
-        pytest.param('{"drain":{"cluster":"a","reason":" "}}', id="empty reason"),
+        pytest.param(
+            '{"drain":{"cluster":"a"}}',
+            id="missing reason",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="deliberate: docs/trafficmap.md, Store: a record in the store is read as "
+                "earlier gridroute versions wrote it (their CLI's default reason was empty), so an "
+                "upgrade does not hold the map at its last table; the CLI refuses such a reason "
+                "for anything it writes",
+            ),
+        ),
+        pytest.param(
+            '{"drain":{"cluster":"a","reason":" "}}',
+            id="empty reason",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="deliberate: docs/trafficmap.md, Store: a record in the store is read as "
+                "earlier gridroute versions wrote it (their CLI's default reason was empty), so an "
+                "upgrade does not hold the map at its last table; the CLI refuses such a reason "
+                "for anything it writes",
+            ),
+        ),
         pytest.param('{"drain":{"cluster":" a","reason":"one"}}', id="whitespace cluster"),
         pytest.param('{"drain":{"cluster":"a","reason":"one","weight":"0"}}', id="unknown field"),
         pytest.param(

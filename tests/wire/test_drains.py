@@ -26,9 +26,6 @@ def test_several_ids_may_hold_one_cluster() -> None:
         '{"a":{"cluster":"x","reason":"r"},"a":{"cluster":"y","reason":"r"}}',  # duplicate
         '{"a":{"cluster":"x","reason":"r","until":"tomorrow"}}',  # unknown field
         '{"a":{"reason":"no cluster"}}',
-        '{"a":{"cluster":"x"}}',  # no reason
-        '{"a":{"cluster":"x","reason":""}}',
-        '{"a":{"cluster":"x","reason":" padded"}}',
         '{"a":{"cluster":"x","reason":"tab\\there"}}',
         '{"a":{"cluster":"x","reason":"line\\u2028separator"}}',
         '{"a":{"cluster":"Not_A_Label","reason":"r"}}',
@@ -61,10 +58,34 @@ def test_a_reason_is_bounded_in_bytes_and_may_be_unicode() -> None:
         (Drain("ok", "worker-a.example", "safe"), "cluster"),
         (Drain("ok", "cluster-a", "key sk-123456789012345678901234"), "reason"),
         (Drain("ok", "cluster-a", "a" * 16 + "." + "b" * 16 + "." + "c" * 16), "reason"),
-        (Drain("sk-abcdefghijklmnopqrstuvwxyz", "cluster-a", "safe"), "id"),
+        (Drain("sk-abcdefghijklmnopqrstuvwxyz", "cluster-a", "safe"), None),  # a DNS label
         (Drain("ok", "cluster-a", "task-1234567890123456789012345"), None),  # not sk-
     ],
 )
 def test_request_problem_names_the_field(drain: Drain, field: str | None) -> None:
     problem = request_problem(drain)
     assert (problem and problem[0]) == field, problem
+
+
+def test_a_record_of_an_earlier_version_is_read_and_can_be_undrained() -> None:
+    """Earlier versions' CLI wrote `"reason": ""` by default (and older records left it
+    out): read as written, not refused, or an upgrade would hold the service's map at
+    its last table with no way to undrain but editing the file."""
+    text = (
+        '{"old-drain": {"cluster": "cluster-a", "reason": ""}, "older": {"cluster": "b"},'
+        ' "padded": {"cluster": "c", "reason": " padded"}}'
+    )
+    assert parse_drains(text) == (
+        Drain("old-drain", "cluster-a", ""),
+        Drain("older", "b", ""),
+        Drain("padded", "c", " padded"),
+    )
+    assert request_problem(Drain("old-drain", "cluster-a", ""), stored=True) is None
+    assert request_problem(Drain("new-drain", "cluster-a", ""))[0] == "reason"  # type: ignore[index]
+
+
+def test_a_name_starting_sk_is_a_name_not_a_secret() -> None:
+    """The secret shape guards the free-text reason only: `sk-` opens real DNS labels."""
+    name = "sk-bratislava-production-1"
+    assert request_problem(Drain(f"{name}-drain", name, "maintenance")) is None
+    assert request_problem(Drain("d", "a", "key sk-123456789012345678901234"))[0] == "reason"  # type: ignore[index]

@@ -325,7 +325,7 @@ def _read_checked(st: Store, ns: str, svc: str) -> tuple[Drain, ...]:
     except DrainError as exc:
         raise _fail(f"{ns}/{svc}: {exc}; fix or remove {st.drain_path(ns, svc)}") from None
     for d in drains:
-        problem = request_problem(d)
+        problem = request_problem(d, stored=True)
         if problem is not None:
             which = "an existing drain's" if problem[0] == "id" else f"existing drain {d.id!r}:"
             raise _fail(

@@ -9,7 +9,7 @@ the admission queue when a request ends or a new snapshot arrives.
 Two clocks. `clock` is the wall clock (`gridroute.clock.wall`: a host clock set back
 does not move it) because the poller re-bases every sample onto the reader's wall
 clock; snapshot times and own-load change points must be on the same clock as the
-samples they correct (the Prometheus transport sets `time.time`, Prometheus's own).
+samples they correct.
 `monotonic` (`time.monotonic`) times everything that is a span rather than a point in
 the samples' time: admission-queue deadlines, request durations, affinity idle times,
 the decision history's window.

@@ -201,9 +201,6 @@ class Gateway:
             sites = [s.name for s in self.cfg.sites]
             local = self.cfg.local_site if prom.gateway_selector is not None else None
             source = PrometheusSource(prom, sites, self.poll_metrics, local_site=local)
-            # Prometheus stamps samples with its host's clock: read them on the wall
-            # clock as it is, not on the step-proof one (`gridroute/clock.py`).
-            self.current.clock = time.time
             interval_s = prom.poll_interval_s
             if local is not None:  # every gateway's own in-flight, as Prometheus scraped it
                 report = self._load_report()

@@ -22,12 +22,12 @@ import asyncio
 import json
 import logging
 import ssl
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
 
+from gridroute.clock import wall
 from gridroute.relay.bounded_body import BodyTooLarge, read_bounded
 from gridroute.relay.poller import PollMetrics, PollOutcome, PollResult, log_change
 from gridroute.relay.prometheus_link import PrometheusLink, PrometheusTLS
@@ -73,7 +73,7 @@ class PrometheusSource:
         cfg: PrometheusLink,
         sites: Sequence[str],
         metrics: PollMetrics,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall,
         local_site: str | None = None,
     ) -> None:
         self.cfg = cfg

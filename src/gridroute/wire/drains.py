@@ -59,10 +59,14 @@ def _name_problem(value: str) -> str | None:
     return None
 
 
-def _reason_problem(value: str) -> str | None:
-    if not value.strip():
+def _reason_problem(value: str, *, stored: bool = False) -> str | None:
+    """Why `value` cannot be a drain's reason, or None. `stored`: a record already in the
+    store, read as written by gridroute before it checked reasons (its CLI's default was
+    the empty reason): an empty or untrimmed one is kept, so an upgrade does not hold the
+    service's map at its last table nor lock `undrain` out of the record."""
+    if not stored and not value.strip():
         return "must not be empty"
-    if value != value.strip():
+    if not stored and value != value.strip():
         return "must not start or end with whitespace"
     if len(value.encode()) > MAX_REASON_BYTES:
         return f"must be at most {MAX_REASON_BYTES} bytes"
@@ -71,19 +75,21 @@ def _reason_problem(value: str) -> str | None:
     return None
 
 
-def request_problem(drain: Drain) -> tuple[DrainField, str] | None:
-    """(field, why) when `drain` cannot be written by the drain CLI, else None."""
+def request_problem(drain: Drain, *, stored: bool = False) -> tuple[DrainField, str] | None:
+    """(field, why) when `drain` cannot be written by the drain CLI, else None (`stored`:
+    an entry already in the record, see `_reason_problem`)."""
     checks: tuple[tuple[DrainField, str | None], ...] = (
         ("cluster", _name_problem(drain.cluster)),
         ("id", _name_problem(drain.id)),
-        ("reason", _reason_problem(drain.reason)),
+        ("reason", _reason_problem(drain.reason, stored=stored)),
     )
     for field, problem in checks:
         if problem is not None:
             return field, problem
-    for field, value in (("cluster", drain.cluster), ("id", drain.id), ("reason", drain.reason)):
-        if _SECRET_LIKE.search(value):
-            return field, "looks like a secret (an API key or a token); leave it out"
+    # Only the free text: names are DNS labels already, and `sk-` opens real ones (a
+    # Slovak cluster, `sk-bratislava-production-1`).
+    if _SECRET_LIKE.search(drain.reason):
+        return "reason", "looks like a secret (an API key or a token); leave it out"
     return None
 
 
@@ -120,10 +126,10 @@ def parse_drains(text: str) -> tuple[Drain, ...]:
         if unknown:
             raise DrainError(f"parse {ANNOTATION}: {drain_id}: unknown field(s) {sorted(unknown)}")
         cluster = _name(body.get("cluster"), f"{drain_id}: cluster")
-        if "reason" not in body:
-            raise DrainError(f"parse {ANNOTATION}: {drain_id}: reason is missing")
-        reason = body["reason"]
-        problem = "must be text" if not isinstance(reason, str) else _reason_problem(reason)
+        reason = body.get("reason", "")  # left out by records of earlier versions
+        problem = (
+            "must be text" if not isinstance(reason, str) else _reason_problem(reason, stored=True)
+        )
         if problem is not None:
             raise DrainError(f"parse {ANNOTATION}: {drain_id}: reason {problem}")
         drains.append(Drain(drain_id, cluster, reason))

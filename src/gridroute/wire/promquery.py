@@ -35,8 +35,9 @@ out with Prometheus's staleness marker at its next failed scrape.
 
 Bounds are the relay's: at most `max_series` series per answer (else `too_large`), at
 most `max_providers` providers per site (the rest dropped as `cap`), values and names
-checked as strictly as `decode_relay` does (`parse`), implausible counts made
-plausible (`Sample.sanitized`, as on the `/signals` path), rows stamped ahead of the
+checked as strictly as `decode_relay` does (`parse`: a negative count drops its
+instant, as there), implausible counts made plausible (`Sample.sanitized`, as on the
+`/signals` path: a huge one is absent), rows stamped ahead of the
 reader's clock by more than `SKEW_AHEAD_S` dropped (`skew`). Clocks: the stamps are the
 operators' clocks, as Prometheus stores them; like Prometheus itself with honoured
 timestamps, this path assumes the fleet's clocks are synchronised.
