@@ -60,13 +60,6 @@ NO_ROOM_NO_AFFINITY = (
     "and no rho: it is never in a tier with room'); upstream's queue-only sites have no "
     "rho, and its affinity narrows the least-queue band as well"
 )
-ABSOLUTE_QUEUE_COST = (
-    "documented difference: gridroute sets the saving against the queue at the matched "
-    "site itself (docs/prefix-affinity.md: 'its saving ... beats the expected queueing "
-    "there, queued_request_seconds (2.0) x requests queued at the site'): 0.256 s < 2 x "
-    "0.2, a miss; the reference weighs the holder's queue against the best other site's "
-    "(0.2 - 0.1 = 0.1 <= 0.128 requests) and keeps the holder"
-)
 SESSION_IS_A_HINT = (
     "documented difference: a session is a preference inside the tier, never a pin "
     "(docs/gateway.md 'Session affinity': 'affinity narrows the choice inside the tier and "
@@ -187,7 +180,6 @@ def test_a_conversation_stays_on_the_site_holding_its_prompt_with_room(policy: P
     assert routed(snap, policy, prefix) == {"a": 200}
 
 
-@pytest.mark.xfail(strict=True, reason=ABSOLUTE_QUEUE_COST)
 @pytest.mark.parametrize("policy", BOTH)
 def test_a_conversation_stays_on_the_site_holding_its_prompt_in_one_tier(policy: Policy) -> None:
     """route.rs::a_conversation_stays_on_the_site_holding_its_prompt, both in gridroute's

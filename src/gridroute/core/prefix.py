@@ -342,12 +342,16 @@ class PrefixRequest:
             return None
         return key, n
 
-    def worth(self, n_blocks: int, queued: float | None) -> bool:
-        """Whether a match of `n_blocks` saves more prefill time than the expected
-        queueing cost at a site with `queued` requests waiting there."""
+    def worth(self, n_blocks: int, queued: float | None, lightest: float | None = 0.0) -> bool:
+        """Whether a match of `n_blocks` saves more prefill time than the queueing it
+        costs: the requests waiting at its site (`queued`) beyond those at the lightest
+        other site the request could go to instead (`lightest`), as the reference
+        prices it. Priced absolutely, a prompt held at a site with a short queue went
+        elsewhere even when every other site queued as long."""
         s = self.settings
         saving = n_blocks * s.tokens_per_block / s.prefill_tokens_per_second
-        return saving > s.queued_request_seconds * (queued or 0.0)
+        extra = max((queued or 0.0) - (lightest or 0.0), 0.0)
+        return saving > s.queued_request_seconds * extra
 
     def served(self, key: str, now: float) -> None:
         """The request was answered by `key`: its blocks are cached there now."""

@@ -459,7 +459,9 @@ def _prefer(
         m = matches.get(healthy[i].key, 0)
         if m > n:
             k, n = i, m
-    if k < 0 or n < need or not prefix.worth(n, healthy[k].queued):
+    others = [healthy[i].queued or 0.0 for i in tier if i != k]
+    lightest = min(others) if others else healthy[k].queued
+    if k < 0 or n < need or not prefix.worth(n, healthy[k].queued, lightest):
         outside = max((matches.get(v.key, 0) for v in healthy), default=0)
         loaded = outside > n and outside >= need
         prefix.outcome = PrefixOutcome.OVERRIDDEN_BY_LOAD if loaded else PrefixOutcome.MISS
