@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,15 @@ def test_environment_overrides_scrape_interval(monkeypatch: pytest.MonkeyPatch) 
         parse_config(minimal())
 
 
+def pooled(**metrics: object) -> dict[str, object]:
+    return {
+        "name": "p",
+        "models": ["m"],
+        "backendUrl": "http://x",
+        "metricsConfig": {"endpoint": "http://epp:9090/metrics", **metrics},
+    }
+
+
 @pytest.mark.parametrize(
     ("data", "field"),
     [
@@ -55,6 +66,12 @@ def test_environment_overrides_scrape_interval(monkeypatch: pytest.MonkeyPatch) 
             ),
             "providers.0.metricsConfig.format",
         ),
+        (minimal(providers=[pooled(poolName="")]), "providers.0.metricsConfig.poolName"),
+        (minimal(providers=[pooled(poolName="Qwen_3")]), "providers.0.metricsConfig.poolName"),
+        (
+            minimal(providers=[pooled(poolName="qwen3", format="vllm")]),
+            "providers.0.metricsConfig.poolName",
+        ),
         (minimal(peers=[{"site": "west", "url": "https://x"}]), "peers"),
         (minimal(surprise=1), "surprise"),
         (minimal(listen="nowhere"), "listen"),
@@ -75,6 +92,26 @@ def test_generation_is_stable_and_changes_with_the_provider() -> None:
     assert one.config_generation() == same.config_generation()
     assert one.config_generation() != edited.config_generation()
     assert pinned.config_generation() == 3
+
+
+def test_pool_name_is_optional_and_scopes_the_generation() -> None:
+    """`poolName` defaults to unset (every series on the page counts); naming a pool, or
+    another one, is a new generation, while leaving it unset keeps the digest it had
+    before the field existed."""
+    unset = parse_config(minimal(providers=[pooled(format="epp")])).providers[0]
+    assert unset.metrics_config is not None and unset.metrics_config.pool_name is None
+    settings = unset.model_dump(mode="json", exclude={"generation"})
+    del settings["metrics_config"]["pool_name"]
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).digest()
+    assert unset.config_generation() == int.from_bytes(digest[:6], "big")
+    qwen = parse_config(minimal(providers=[pooled(poolName="qwen3")])).providers[0]
+    llama = parse_config(minimal(providers=[pooled(pool_name="llama")])).providers[0]
+    assert qwen.metrics_config is not None and qwen.metrics_config.pool_name == "qwen3"
+    assert (
+        len({unset.config_generation(), qwen.config_generation(), llama.config_generation()}) == 3
+    )
+    epp = parse_config(minimal(providers=[pooled(poolName="qwen3", format="epp")]))
+    assert epp.providers[0].metrics_config is not None
 
 
 def test_example_configs_load(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,19 +1,23 @@
-"""Scraping: garbage pages are failed scrapes, stale readiness, silence, unmeasured providers."""
+"""Scraping: garbage pages are failed scrapes, stale readiness, silence, unmeasured providers,
+and an EPP pool named by `poolName`."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 import aiohttp
 import pytest
-from operator_fixtures import MetricsServer, vllm_page
+from operator_fixtures import MetricsServer, free_port, operator_config, vllm_page, vllm_provider
 from prometheus_client import CollectorRegistry
 
 from gridroute.operator.config import ProviderConfig
 from gridroute.operator.metrics import OperatorMetrics
 from gridroute.operator.scrape import ProviderScraper
+from gridroute.operator.service import Operator
+from gridroute.relay.poller import PollLimits, PollMetrics, PollResult, SignalsClient
 
 
 class Clock:
@@ -188,3 +192,116 @@ def test_a_page_past_the_size_bound_is_a_failed_scrape(monkeypatch: pytest.Monke
 
     asyncio.run(main())
     assert scrapes(registry, "too_large") == 1
+
+
+# --- an EPP serving two InferencePools: `metricsConfig.poolName` -----------------------
+
+TWO_POOLS = """\
+# TYPE llm_d_epp_average_running_requests gauge
+llm_d_epp_average_running_requests{name="qwen3"} 3
+llm_d_epp_average_running_requests{name="llama"} 40
+llm_d_epp_average_queue_size{name="qwen3"} 1
+llm_d_epp_average_queue_size{name="llama"} 7
+llm_d_epp_ready_endpoints{name="qwen3"} 2
+llm_d_epp_ready_endpoints{name="llama"} 5
+llm_d_epp_per_endpoint_queue_size{name="qwen3",model_server_endpoint="10.0.0.1:8000"} 2
+llm_d_epp_per_endpoint_queue_size{name="llama",model_server_endpoint="10.0.0.2:8000"} 12
+llm_d_epp_average_kv_cache_utilization{name="qwen3"} 0.3
+llm_d_epp_average_kv_cache_utilization{name="llama"} 0.9
+llm_d_epp_flow_control_queue_size{fairness_id="a",inference_pool="qwen3",priority="0"} 4
+llm_d_epp_flow_control_queue_size{fairness_id="a",inference_pool="llama",priority="0"} 9
+llm_d_epp_flow_control_queue_size{fairness_id="b",priority="0"} 13
+"""
+"""Two pools on one EPP page, the pool gauges labelled `name`, the flow-control queue
+`inference_pool`, and one flow-control partition with no pool label (a total)."""
+
+
+def load_of(sample: object) -> tuple[object, ...]:
+    fields = ("running", "waiting", "ready", "held", "deepest_queue", "kv_usage")
+    return tuple(getattr(sample, f) for f in fields)
+
+
+def test_a_named_pool_reads_only_its_own_series_from_a_shared_epp() -> None:
+    """Three providers scrape one EPP page: `poolName: qwen3` and `poolName: llama` each
+    read their own pool's series only, the unlabeled partition left out; a provider with
+    no pool named reads the page as before, max across pools and every partition."""
+    registry = CollectorRegistry()
+    metrics = OperatorMetrics(registry)
+    seen: dict[str, object] = {}
+
+    async def main() -> None:
+        async with MetricsServer(TWO_POOLS) as server, aiohttp.ClientSession() as http:
+            for pool in ("qwen3", "llama", None):
+                extra = {"format": "epp"} if pool is None else {"poolName": pool}
+                scraper = ProviderScraper(
+                    "west", provider(server.port, **extra), metrics=metrics, clock=Clock()
+                )
+                seen[str(pool)] = await scraper.scrape(http, 1.0)
+                cond = scraper.condition
+                assert cond is not None and cond.status, cond
+                assert (f"(pool {pool})" in cond.message) is (pool is not None)
+
+    asyncio.run(main())
+    assert load_of(seen["qwen3"]) == (3.0, 1.0, 2.0, 4.0, 2.0, 0.3)
+    assert load_of(seen["llama"]) == (40.0, 7.0, 5.0, 9.0, 12.0, 0.9)
+    assert load_of(seen["None"]) == (40.0, 7.0, 5.0, 26.0, 12.0, 0.9)  # unchanged: mixed
+    assert scrapes(registry, "ok") == 3
+
+
+def test_a_pool_missing_from_the_page_is_a_failed_scrape() -> None:
+    """A pool the EPP does not (or no longer) serve has no series: the scrape fails as
+    `empty` and the condition names the pool, rather than reading another pool's load."""
+    registry = CollectorRegistry()
+
+    async def main() -> None:
+        async with MetricsServer(TWO_POOLS) as server, aiohttp.ClientSession() as http:
+            scraper = ProviderScraper(
+                "west",
+                provider(server.port, poolName="mistral"),
+                metrics=OperatorMetrics(registry),
+                clock=Clock(),
+            )
+            assert await scraper.scrape(http, 1.0) is None
+            cond = scraper.condition
+            assert cond is not None and not cond.status
+            assert "empty" in cond.message and "'mistral'" in cond.message
+
+    asyncio.run(main())
+    assert scrapes(registry, "empty") == 1
+
+
+def test_the_operator_relays_each_named_pool_from_one_epp() -> None:
+    """A running operator with two providers on one EPP, one per pool, serves each
+    provider's own pool's load on /signals."""
+
+    async def scenario() -> None:
+        async with MetricsServer(TWO_POOLS) as epp:
+            providers = [
+                vllm_provider(pool, epp.port, format="epp", poolName=pool)
+                for pool in ("qwen3", "llama")
+            ]
+            op = Operator(operator_config("hub", free_port(), certs=None, providers=providers))
+            await op.start()
+            gateway = SignalsClient(
+                "hub",
+                f"http://127.0.0.1:{op.port}/signals",
+                metrics=PollMetrics(CollectorRegistry()),
+                limits=PollLimits(timeout_s=5.0),
+            )
+            try:
+                deadline = time.monotonic() + 30.0
+                while not {"hub/qwen3", "hub/llama"} <= set(op.store.latest()):
+                    assert time.monotonic() < deadline, "both pools scraped"
+                    await asyncio.sleep(0.02)
+                read = await gateway.poll()
+                assert read.result is PollResult.OK and read.decoded is not None
+                newest = {s.key: s for s in read.decoded.samples}
+                assert (newest["hub/qwen3"].running, newest["hub/qwen3"].ready) == (3.0, 2.0)
+                assert (newest["hub/llama"].running, newest["hub/llama"].ready) == (40.0, 5.0)
+                assert newest["hub/qwen3"].in_flight == (3 + 1) * 2 + 4
+                assert newest["hub/llama"].in_flight == (40 + 7) * 5 + 9
+            finally:
+                await gateway.close()
+                await op.stop()
+
+    asyncio.run(scenario())

@@ -12,7 +12,10 @@ the operator's `RelayStore`, the poll client (`relay/poller.py`), the peer round
 run in process, the poll tests against raw mutual-TLS peers on loopback with
 certificates made at test time. The llm-d series-mapping tests
 (`gateway/ai-grid-filters/src/signals/llm_d.rs`) are replayed in
-`test_praxis_signals_conformance.py` and not repeated here.
+`test_praxis_signals_conformance.py` and not repeated here. The EPP pool a provider
+names (`metricsConfig.poolName`: upstream `in_pool` in `operator/src/signals.rs`,
+`ready_endpoints`/`in_flight` in `operator/src/readiness.rs`, the `pool_name_*` tests of
+`operator/src/metrics_parser.rs`) is replayed in the last section.
 """
 
 from __future__ import annotations
@@ -48,7 +51,14 @@ from gridroute.operator.service import Operator
 from gridroute.operator.store import RelayStore
 from gridroute.relay.poller import PollLimits, PollMetrics, PollResult, SignalsClient
 from gridroute.wire.identity import spiffe_id
-from gridroute.wire.prometheus import parse_exposition
+from gridroute.wire.prometheus import (
+    POOL_LABEL,
+    POOL_NAME_LABEL,
+    ExpositionError,
+    MetricsFormat,
+    in_pool,
+    parse_exposition,
+)
 from gridroute.wire.signals import (
     FIELDS,
     PEER_MAX_PROVIDERS,
@@ -1269,3 +1279,135 @@ def test_store_window_defaults() -> None:
     60 s window by default; a peer poll's timeout defaults to 2 s."""
     assert RelayStore("hub").window_s == 60.0
     assert PollLimits().timeout_s == 2.0
+
+
+# --- operator/src/signals.rs, readiness.rs, metrics_parser.rs: the EPP pool named ------
+# One llm-d EPP can serve several InferencePools; `metricsConfig.poolName` (upstream
+# `InferenceProvider.spec.metricsConfig.poolName`) names the one a provider reads. The
+# pool gauges carry it on `name`, the flow-control queue on `inference_pool`.
+
+HELD = "llm_d_epp_flow_control_queue_size"
+
+
+def pool_line(metric: str, pool: str | None, value: float, label: str = POOL_NAME_LABEL) -> str:
+    return f"{metric} {value}\n" if pool is None else f'{metric}{{{label}="{pool}"}} {value}\n'
+
+
+def test_an_unlabeled_series_belongs_to_no_named_pool() -> None:
+    """operator/src/signals.rs::an_unlabeled_series_belongs_to_no_named_pool: on a
+    multi-pool EPP a series without the pool label is the total across pools, not the
+    named pool's; another pool's is not either; with no pool named, it is all there is."""
+    assert not in_pool(HELD, {}, "qwen3"), "unlabeled is the total across pools"
+    assert not in_pool(HELD, {POOL_LABEL: "other"}, "qwen3"), "another pool"
+    assert in_pool(HELD, {POOL_LABEL: "qwen3"}, "qwen3"), "this pool"
+    assert in_pool(HELD, {}, None), "with no pool named, an unlabeled series is all there is"
+    # the label is the series' own: the flow-control queue's `name` is not its pool
+    assert not in_pool(HELD, {POOL_NAME_LABEL: "qwen3"}, "qwen3")
+    assert in_pool(QUEUE, {POOL_NAME_LABEL: "qwen3"}, "qwen3")
+    assert not in_pool("vllm:num_requests_running", {POOL_NAME_LABEL: "qwen3"}, "qwen3")
+
+
+def test_ready_endpoints_prefer_the_current_name_and_read_the_configured_pool() -> None:
+    """operator/src/readiness.rs::ready_endpoints_prefers_the_current_name_and_reads_the_
+    configured_pool: qwen3's 2 of the current name, not other's 9 nor the legacy 4; the
+    legacy name alone is read; an absent pool has no reading (here: no running series
+    for it, so the scrape is `empty`)."""
+    running = pool_line(RUNNING, "qwen3", 1)
+    legacy = pool_line("inference_pool_ready_pods", "qwen3", 4)
+    page = legacy + pool_line(READY, "other", 9) + pool_line(READY, "qwen3", 2) + running
+    assert parse_exposition(page, pool="qwen3").ready == 2.0
+    assert parse_exposition(legacy + running, pool="qwen3").ready == 4.0, "the legacy name"
+    with pytest.raises(ExpositionError) as caught:
+        parse_exposition(page, pool="absent")
+    assert caught.value.reason == "empty" and "'absent'" in str(caught.value)
+
+
+def test_flow_control_holds_count_only_for_the_named_pool() -> None:
+    """operator/src/readiness.rs::in_flight_adds_requests_flow_control_holds_for_the_pool:
+    4 held for qwen3, not other's 9, nor an unlabeled partition's 13."""
+    page = (
+        f"{pool_line(RUNNING, 'qwen3', 3)}{pool_line(READY, 'qwen3', 1)}"
+        f"{pool_line(HELD, 'qwen3', 4, POOL_LABEL)}{pool_line(HELD, 'other', 9, POOL_LABEL)}"
+        f"{pool_line(HELD, None, 13)}"
+    )
+    load = parse_exposition(page, MetricsFormat.EPP, "qwen3")
+    assert load.held == 4.0
+    assert parse_exposition(page).held == 26.0, "no pool named: every partition, as before"
+
+
+def test_pool_averages_are_read_for_the_named_pool_when_the_epp_serves_several() -> None:
+    """operator/src/readiness.rs::in_flight_uses_pool_averages_when_the_epp_serves_several_
+    pools: ready qwen3 2 (llama 1), running 3 and queued 1 for qwen3 read as (3 + 1) x 2."""
+    page = (
+        pool_line(READY, "qwen3", 2)
+        + pool_line(READY, "llama", 1)
+        + pool_line(RUNNING, "qwen3", 3)
+        + pool_line(RUNNING, "llama", 30)
+        + pool_line(QUEUE, "qwen3", 1)
+        + pool_line(QUEUE, "llama", 10)
+    )
+    load = parse_exposition(page, pool="qwen3")
+    sample = Sample("east", "p", 1.0, running=load.running, waiting=load.waiting, ready=load.ready)
+    assert sample.in_flight == 8.0
+
+
+@pytest.mark.parametrize(
+    ("page", "pool", "want"),
+    [
+        pytest.param(
+            pool_line(QUEUE, "pool-a", 3.5) + pool_line(READY, "pool-a", 2),
+            "pool-a",
+            (None, 3.5, 2.0),
+            id="pool_name_selects_matching_labeled_series",
+        ),
+        pytest.param(
+            pool_line(QUEUE, "pool-x", 0.1) + pool_line(QUEUE, "pool-y", 0.9),
+            "pool-y",
+            (None, 0.9, None),
+            id="pool_name_selects_correct_pool_from_multiple",
+        ),
+        pytest.param(
+            pool_line(QUEUE, "pool-b", 0.4),
+            None,
+            (None, 0.4, None),
+            id="pool_name_absent_allows_any_label",
+        ),
+    ],
+)
+def test_a_named_pool_selects_its_own_series(
+    page: str, pool: str | None, want: tuple[float | None, ...]
+) -> None:
+    """operator/src/metrics_parser.rs::pool_name_selects_matching_labeled_series,
+    ::pool_name_selects_correct_pool_from_multiple (pool-y's 0.9, not the first line's
+    0.1) and ::pool_name_absent_allows_any_label (no pool named: a labelled series is
+    read, as before)."""
+    load = parse_exposition(page, pool=pool)
+    assert (load.running, load.waiting, load.ready) == want
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(pool_line(QUEUE, "pool-b", 0.8), id="pool_name_rejects_wrong_pool_label"),
+        pytest.param(pool_line(QUEUE, None, 0.5), id="pool_name_rejects_unlabeled_metric"),
+        pytest.param(
+            'unrelated_metric{name="pool-a"} 42\nother_metric{name="pool-a"} 1\n',
+            id="pool_name_miss_returns_error_even_with_unrelated_metric",
+        ),
+        pytest.param(
+            pool_line("llm_d_epp_average_kv_cache_utilization", "pool-a", 0.3)
+            + pool_line(READY, "pool-a", 2),
+            id="a_pool_without_running_or_queue_series",
+        ),
+        pytest.param("", id="pool_name_miss_no_series_at_all"),
+    ],
+)
+def test_a_named_pool_without_its_series_is_a_failed_scrape(page: str) -> None:
+    """operator/src/metrics_parser.rs::pool_name_rejects_wrong_pool_label,
+    ::pool_name_rejects_unlabeled_metric, ::pool_name_miss_returns_error_even_with_
+    unrelated_metric and ::pool_name_miss_no_series_at_all: upstream's parse is an Err
+    when no configured signal matched the pool; here the scrape fails as `empty` (no
+    running or queue series for the pool), as a standby EPP's does."""
+    with pytest.raises(ExpositionError) as caught:
+        parse_exposition(page, pool="pool-a")
+    assert caught.value.reason == "empty" and "pool 'pool-a'" in str(caught.value)

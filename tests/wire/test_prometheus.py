@@ -17,6 +17,7 @@ from gridroute.wire.prometheus import (
     ExpositionError,
     MetricsFormat,
     parse_exposition,
+    parse_labels,
     parse_series,
 )
 
@@ -86,6 +87,39 @@ def test_epp_legacy_names() -> None:
 def test_epp_current_names() -> None:
     load = parse_exposition(page("epp-metrics-llm-d-router-testdata.txt"), MetricsFormat.EPP)
     assert (load.running, load.waiting, load.kv_usage) == (0.5, 0.4, 0.3)
+
+
+@pytest.mark.parametrize(
+    "name", ["epp-metrics-gie-v1.5.0-testdata.txt", "epp-metrics-llm-d-router-testdata.txt"]
+)
+def test_epp_golden_pages_name_their_pool_on_the_name_label(name: str) -> None:
+    """The EPP's own golden expositions label the pool gauges `name="p1"`: naming p1
+    reads them as the unnamed read does; naming another pool finds nothing."""
+    load = parse_exposition(page(name), MetricsFormat.EPP, "p1")
+    assert (load.running, load.waiting, load.kv_usage) == (0.5, 0.4, 0.3)
+    with pytest.raises(ExpositionError) as caught:
+        parse_exposition(page(name), pool="p2")
+    assert caught.value.reason == "empty"
+
+
+def test_labels_are_read_with_their_escapes() -> None:
+    block = '{a="x=\\"b\\", c", b = "line\\nbreak",c="back\\\\slash",}'
+    assert parse_labels(block) == {"a": 'x="b", c', "b": "line\nbreak", "c": "back\\slash"}
+    assert parse_labels("{}") == {}
+
+
+def test_a_pool_is_matched_on_the_series_own_pool_label_only() -> None:
+    text = (
+        'llm_d_epp_average_queue_size{name="qwen3",inference_pool="llama"} 2\n'
+        'llm_d_epp_average_queue_size{inference_pool="qwen3"} 5\n'
+        'vllm:num_requests_waiting{name="qwen3"} 9\n'
+    )
+    assert parse_series(text, "qwen3") == {"llm_d_epp_average_queue_size": [2.0]}
+    assert parse_series(text, "llama") == {}
+    assert parse_series(text) == {
+        "llm_d_epp_average_queue_size": [2.0, 5.0],
+        "vllm:num_requests_waiting": [9.0],
+    }
 
 
 def test_epp_prefers_current_name_over_legacy_twin() -> None:

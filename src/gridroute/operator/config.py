@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from gridroute import tls
@@ -28,6 +28,9 @@ SCRAPE_INTERVAL_ENV = "GRID_SIGNALS_SCRAPE_INTERVAL_SECS"
 """Overrides `scrapeIntervalSeconds` (the seed's operator setting)."""
 
 Name = Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]
+
+POOL_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""An InferencePool is a Kubernetes object: its name is a DNS-1123 subdomain."""
 
 
 class _Model(BaseModel):
@@ -79,6 +82,24 @@ class MetricsConfig(_Model):
     """File holding a bearer token, re-read on every scrape (so rotation just works)."""
     tls: MetricsTLS | None = None
     """TLS settings for an https endpoint."""
+    pool_name: str | None = Field(None, min_length=1, max_length=253, pattern=POOL_NAME_PATTERN)
+    """The InferencePool to read, for an llm-d EPP that serves several: only series whose
+    pool label names it count (`name` on the pool gauges, `inference_pool` on the flow-
+    control queue), and a series without that label is left out, being the total across
+    pools. A page without this pool's running or queue series is a failed scrape
+    (`empty`). Unset: every series on the page counts (one pool). EPP pages only: needs
+    `format` epp or auto (auto then reads the page as EPP)."""
+
+    @field_validator("pool_name")
+    @classmethod
+    def _pool_needs_epp(cls, value: str | None, info: ValidationInfo) -> str | None:
+        fmt = info.data.get("format")
+        if value is not None and fmt in (MetricsFormat.VLLM, MetricsFormat.SGLANG):
+            raise ValueError(
+                f"names an EPP pool, but format is {fmt.value}, whose series name no pool "
+                "(use format epp or auto, or leave poolName unset)"
+            )
+        return value
 
 
 class ProviderConfig(_Model):
@@ -102,7 +123,13 @@ class ProviderConfig(_Model):
         """The explicit generation, or a stable 48-bit digest of the settings."""
         if self.generation is not None:
             return self.generation
-        settings = self.model_dump(mode="json", exclude={"generation"})
+        # An unset poolName stays out of the digest, so adding the field left every
+        # existing provider's generation (and what it has learned) as it was.
+        unset_pool = self.metrics_config is not None and self.metrics_config.pool_name is None
+        exclude: dict[str, Any] = {"generation": True}
+        if unset_pool:
+            exclude["metrics_config"] = {"pool_name": True}
+        settings = self.model_dump(mode="json", exclude=exclude)
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).digest()
         return int.from_bytes(digest[:6], "big")
 

@@ -94,7 +94,8 @@ class ProviderScraper:
         name = self.provider.name
         try:
             text = await self._fetch(session, timeout_s)
-            load = parse_exposition(text, self.provider.metrics_config.format)
+            mc = self.provider.metrics_config
+            load = parse_exposition(text, mc.format, mc.pool_name)
         except ScrapeFailed as failed:
             return self._failed(failed.reason, str(failed))
         except ExpositionError as exc:
@@ -120,7 +121,9 @@ class ProviderScraper:
             self._metrics.in_flight.labels(name).set(sample.in_flight)
         if sample.capacity is not None:
             self._metrics.capacity.labels(name).set(sample.capacity)
-        self._set_condition(True, "ScrapeSucceeded", f"{load.format.value} metrics scraped")
+        pool = self.provider.metrics_config.pool_name
+        read = f"{load.format.value} metrics scraped" + (f" (pool {pool})" if pool else "")
+        self._set_condition(True, "ScrapeSucceeded", read)
         return sample
 
     async def _fetch(self, session: aiohttp.ClientSession, timeout_s: float) -> str:

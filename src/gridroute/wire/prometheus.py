@@ -18,6 +18,11 @@ in-flight count of one instant.
 * EPP pages already carry pool averages. Current `llm_d_epp_*` names are preferred,
   the legacy `inference_pool_*` twins are read when the current one is absent.
   Same-instant lines of one metric combine by max, flow-control partitions by sum.
+* One EPP can serve several InferencePools. With a pool named (`metricsConfig.poolName`)
+  only that pool's EPP series are read: the pool gauges by their `name` label, the
+  flow-control series by `inference_pool` (`pool_label`). A series without the label
+  belongs to no named pool (on a multi-pool EPP it is the total across pools), so it is
+  left out (`in_pool`). With no pool named every series counts, as before.
 
 Errors: `ExpositionError` (malformed text, too large, or no load series at all)
 is the only exception `parse_exposition` raises; the scraper counts it as a
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -88,6 +93,40 @@ _EPP_HELD = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_cont
 _EPP_DEEPEST = ("llm_d_epp_per_endpoint_queue_size", "inference_pool_per_pod_queue_size")
 _EPP_KV = ("llm_d_epp_average_kv_cache_utilization", "inference_pool_average_kv_cache_utilization")
 
+POOL_NAME_LABEL = "name"
+"""The label the EPP's pool gauges (averages, ready endpoints, per-endpoint queues) name
+their InferencePool with (`llm_d_epp_average_queue_size{name="p1"}`)."""
+POOL_LABEL = "inference_pool"
+"""The label the EPP's flow-control series name their InferencePool with
+(`llm_d_epp_flow_control_queue_size{inference_pool="p1",...}`)."""
+
+_POOL_LABEL_OF: dict[str, str] = {
+    **{name: POOL_NAME_LABEL for name in (*_EPP_RUNNING, *_EPP_WAITING, *_EPP_READY)},
+    **{name: POOL_NAME_LABEL for name in (*_EPP_DEEPEST, *_EPP_KV)},
+    **{name: POOL_LABEL for name in _EPP_HELD},
+}
+
+
+def pool_label(metric: str) -> str | None:
+    """The label that carries the pool on EPP series `metric`; None for a series that
+    names no pool (every vLLM and SGLang series)."""
+    return _POOL_LABEL_OF.get(metric)
+
+
+def in_pool(metric: str, labels: Mapping[str, str], pool: str | None) -> bool:
+    """Whether the series `metric{labels}` belongs to `pool`. An unlabeled series never
+    belongs to a named pool.
+
+    Strict on purpose: on an EPP serving several pools, a series without the pool label
+    is the total across pools, and counting it would flatter the named pool. With no
+    pool named (`None`) every series belongs, which is the single-pool reading.
+    """
+    if pool is None:
+        return True
+    label = pool_label(metric)
+    return label is not None and labels.get(label) == pool
+
+
 _WANTED: frozenset[str] = frozenset(
     [
         _VLLM_RUNNING,
@@ -110,21 +149,35 @@ _WANTED: frozenset[str] = frozenset(
 # [ exemplar ]. Written so that no two parts can match the same characters, which keeps
 # a failing match linear in the line length (no catastrophic backtracking).
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\\n]|\\.)*"'
+_LABELS = r"\{[ \t]*(?:" + _LABEL + r"(?:[ \t]*,[ \t]*" + _LABEL + r")*(?:[ \t]*,)?[ \t]*)?\}"
 _LINE = re.compile(
     r"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
-    r"(?:[ \t]*\{[ \t]*(?:" + _LABEL + r"(?:[ \t]*,[ \t]*" + _LABEL + r")*(?:[ \t]*,)?[ \t]*)?\})?"
+    r"(?:[ \t]*(?P<labels>" + _LABELS + r"))?"
     r"[ \t]+(?P<value>[^ \t]+)"
     r"(?:[ \t]+-?[0-9]+(?:\.[0-9]*)?)?"
     r"(?:[ \t]+#[^\n]*)?[ \t]*"
 )
+_LABEL_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"')
+_ESCAPE = re.compile(r"\\(.)")
 
 
-def parse_series(text: str) -> dict[str, list[float]]:
+def _unescape(value: str) -> str:
+    return _ESCAPE.sub(lambda m: "\n" if m[1] == "n" else m[1], value)
+
+
+def parse_labels(block: str) -> dict[str, str]:
+    """The labels of a sample line's `{...}` block (already matched by the line grammar),
+    values unescaped; a repeated label keeps its last value."""
+    return {m[1]: _unescape(m[2]) for m in _LABEL_PAIR.finditer(block)}
+
+
+def parse_series(text: str, pool: str | None = None) -> dict[str, list[float]]:
     """Values of the known load series in `text`, by metric name.
 
     Every non-comment line must be a valid sample line; the first that is not raises
     `ExpositionError("parse")` naming the line number. Unknown metrics are checked
-    and skipped.
+    and skipped. With `pool`, only series that belong to that pool are kept
+    (`in_pool`): no vLLM or SGLang series, and no EPP series without the pool's label.
     """
     if len(text) > MAX_EXPOSITION_BYTES:
         raise ExpositionError("too_large", f"exposition over {MAX_EXPOSITION_BYTES} bytes")
@@ -150,6 +203,10 @@ def parse_series(text: str) -> dict[str, list[float]]:
             ) from None
         name = match["name"]
         if name in _WANTED:
+            if pool is not None:
+                block = match["labels"]
+                if not in_pool(name, parse_labels(block) if block else {}, pool):
+                    continue
             found.setdefault(name, []).append(value)
     return found
 
@@ -165,15 +222,22 @@ def detect_format(series: dict[str, list[float]]) -> MetricsFormat | None:
     return None
 
 
-def parse_exposition(text: str, fmt: MetricsFormat = MetricsFormat.AUTO) -> Load:
-    """One provider's `Load` from a scraped page.
+def parse_exposition(
+    text: str, fmt: MetricsFormat = MetricsFormat.AUTO, pool: str | None = None
+) -> Load:
+    """One provider's `Load` from a scraped page; with `pool`, from that EPP pool's
+    series only (the page is then read as EPP: only EPP series name a pool).
 
     Raises `ExpositionError` when the text is malformed or oversized, and with reason
     `empty` when the page has none of the running/queue series of `fmt` (a standby
-    EPP replica reports nothing; reading that as idle would send it traffic).
+    EPP replica reports nothing; reading that as idle would send it traffic), or none
+    of `pool`'s.
     """
-    series = parse_series(text)
-    chosen = detect_format(series) if fmt is MetricsFormat.AUTO else fmt
+    series = parse_series(text, pool)
+    if fmt is MetricsFormat.AUTO:
+        chosen = MetricsFormat.EPP if pool is not None else detect_format(series)
+    else:
+        chosen = fmt
     load: Load | None
     if chosen is MetricsFormat.EPP:
         load = _epp(series)
@@ -184,7 +248,8 @@ def parse_exposition(text: str, fmt: MetricsFormat = MetricsFormat.AUTO) -> Load
     else:
         load = None
     if load is None or (load.running is None and load.waiting is None):
-        raise ExpositionError("empty", f"no {fmt.value} running or queue series on the page")
+        where = "" if pool is None else f" for pool {pool!r}"
+        raise ExpositionError("empty", f"no {fmt.value} running or queue series{where} on the page")
     return load
 
 
