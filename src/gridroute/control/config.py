@@ -37,8 +37,9 @@ from gridroute import tls
 from gridroute.config import ConfigError, Problem, check_files, read_mapping
 from gridroute.core.quantity import QuantityError, parse_quantity
 from gridroute.core.trafficmap import AllFailedPolicy, Mode
+from gridroute.wire.trafficmap import DNS_LABEL_PATTERN
 
-Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+Name = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)]
 """A Kubernetes DNS label: service, namespace and cluster names."""
 Status = Annotated[int, Field(ge=100, le=599)]
 

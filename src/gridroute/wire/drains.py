@@ -24,11 +24,11 @@ import unicodedata
 from typing import Any, Literal
 
 from gridroute.core.trafficmap import Drain
+from gridroute.wire.trafficmap import DNS_LABEL
 
 ANNOTATION = "ome.io/traffic-drain"
 MAX_DRAINS = 64
 MAX_REASON_BYTES = 256
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 """Control, format and line/paragraph separator characters (OME's reason rule)."""
 _SECRET_LIKE = re.compile(
@@ -54,7 +54,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _name_problem(value: str) -> str | None:
-    if len(value) > 63 or not _LABEL.match(value):
+    if not DNS_LABEL.match(value):
         return "must be a DNS label (lowercase letters, digits and '-', at most 63 characters)"
     return None
 

@@ -44,7 +44,7 @@ from gridroute.wire.route_backends import (
     reference_grant,
     selectorless_service,
 )
-from gridroute.wire.trafficmap import TrafficMap
+from gridroute.wire.trafficmap import DNS_LABEL, TrafficMap
 
 GROUP = "gateway.networking.k8s.io"
 MAX_BACKEND_REFS = 16
@@ -54,7 +54,6 @@ NAMESPACE_LABEL = "gridroute.io/service-namespace"
 into one route namespace never prune each other's backends."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gridroute"}
 _TEMPLATE_FIELD = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
-_HOST_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class PlanRefused(Exception):
@@ -186,7 +185,7 @@ def hostname_problem(host: str, *, wildcard: bool = False) -> str | None:
         pass
     else:
         return "must not be an IP address"
-    if not name or len(name) > 253 or not all(_HOST_LABEL.match(p) for p in name.split(".")):
+    if not name or len(name) > 253 or not all(DNS_LABEL.match(p) for p in name.split(".")):
         return (
             "is not a lowercase RFC 1123 hostname (labels of a-z, 0-9 and '-', "
             "at most 63 characters each, 253 in all)"

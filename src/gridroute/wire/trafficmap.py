@@ -61,11 +61,14 @@ class Probe(_Model):
     message: str | None = None
 
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+"""A Kubernetes DNS label (at most 63 characters): the one rule for control.yaml's names,
+map entries' clusters, drain IDs and clusters, and each label of a hostname."""
+DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 
 
 def _cluster_name(value: str) -> str:
-    if not _DNS_LABEL.match(value):
+    if not DNS_LABEL.match(value):
         raise ValueError(
             "must be a DNS label (lowercase letters, digits and '-', starting and ending "
             "with a letter or digit, at most 63 characters), as control.yaml's cluster names"
