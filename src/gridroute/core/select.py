@@ -459,9 +459,7 @@ def _prefer(
         m = matches.get(healthy[i].key, 0)
         if m > n:
             k, n = i, m
-    others = [healthy[i].queued or 0.0 for i in tier if i != k]
-    lightest = min(others) if others else healthy[k].queued
-    if k < 0 or n < need or not prefix.worth(n, healthy[k].queued, lightest):
+    if k < 0 or n < need or not prefix.worth(n, healthy[k].queued, _lightest(healthy, tier, k)):
         outside = max((matches.get(v.key, 0) for v in healthy), default=0)
         loaded = outside > n and outside >= need
         prefix.outcome = PrefixOutcome.OVERRIDDEN_BY_LOAD if loaded else PrefixOutcome.MISS
@@ -474,6 +472,13 @@ def _prefer(
         return None
     prefix.outcome, prefix.matched = PrefixOutcome.HIT, n
     return k
+
+
+def _lightest(healthy: Sequence[SiteView], tier: Sequence[int], k: int) -> float | None:
+    """The least queue among the sites of `tier` other than `k` (its own when it is
+    alone there): what the request would queue behind instead of following its prompt."""
+    others = [healthy[i].queued or 0.0 for i in tier if i != k]
+    return min(others) if others else healthy[k].queued
 
 
 BUSY_RHO = 0.5
