@@ -95,13 +95,18 @@ def test_two_equal_idle_sites_split_within_two_points(seed: int) -> None:
 
 
 def test_compare_does_not_explain_away_external_load_ranked_at_the_share(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """From review: with the external-ranking fix undone, the issue's first world must
-    read as unexplained, not as one of the named departures."""
+    """From review: with the external-ranking fix undone, a site mostly full from outside
+    beside two empty ones must read as unexplained, not as one of the named departures.
+
+    The issue's first world (a 100-slot site 90 % held) is too small for this now: the
+    defect's whole effect there is the site's free slots that the gateways' floored
+    budgets leave (5.4 share points, within the 5-point tolerance and its noise). At
+    400 slots, 340 held from outside, the defect sends the site 15 % of the requests
+    (the seed: none), and the fix none."""
     from gridroute.core import gridstate
 
-    monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
     sites = [
-        {"name": "a", "slots": 100, "external": {"in_flight": 90}},
+        {"name": "a", "slots": 400, "external": {"in_flight": 340}},
         {"name": "b", "slots": 100, "external": {"in_flight": 100}},
         {"name": "c", "slots": 100},
         {"name": "d", "slots": 100},
@@ -109,6 +114,9 @@ def test_compare_does_not_explain_away_external_load_ranked_at_the_share(monkeyp
     sc = parse_scenario(
         {"duration_s": 20, "warmup_s": 4, "sites": sites, "gateways": 4, "clients": [128]}
     )
+    (fixed,) = compare(sc, BOTH)
+    assert fixed.unexplained == [] and fixed.sites[0].shares["gridroute"] <= 0.01, fixed.as_dict()
+    monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
     (c,) = compare(sc, BOTH)
     assert [d.site for d in c.unexplained] == ["a"], c.as_dict()
 
@@ -123,8 +131,10 @@ def test_compare_does_not_explain_away_external_load_ranked_at_the_share(monkeyp
         # Two sites with room: the seed overshot the fuller one, then read it full and
         # dropped it; gridroute gave it the two-site rule's share at its own load.
         (34, "s1", "two_site_weighted"),
-        # The gain came from sites more held from outside, together.
-        (43, "s1", "counted_load"),
+        # The gain came from sites more held from outside, together (world 43's s1 was
+        # the other such site; since fractions are rounded up only where a gateway
+        # needs them, it is within 5 points).
+        (47, "s5", "counted_load"),
     ],
 )
 def test_regression_departures_found_by_the_harness_are_named(
