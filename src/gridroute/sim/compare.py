@@ -28,12 +28,18 @@ independent draws) is named by the rule that explains it where one does (`depart
   no shedding), so overshoot there is forced, and the reference's shares follow the
   requests it queued for good behind outside load;
 * `two_site_weighted` (exactly two sites with slots free of outside load, under capacity,
-  gridroute sent more, no overshoot of its own there, the reference overshot it): the
-  reference read the site full or queued after its own overshoot and dropped it below the
+  gridroute sent more, no overshoot of its own there, and the reference overshot it or
+  left it more than the tolerance under its own two-site share at its own load): the
+  reference read the site full, queued or silent (after its own overshoot, on the worst
+  poll-old sample of its lookback, or through a failed scrape) and dropped it below the
   other; gridroute's share is at most the two-site rule's (capacity / (1 + rho), 10-90 %)
   at gridroute's own load there, plus the tolerance;
 * `counted_load` also covers a gain that the sites more held from outside gave up
-  together (each within the tolerance): picks moved toward less outside load;
+  together (each within the tolerance): picks moved toward less outside load; and,
+  under capacity, a gain that sites the reference left at a pressure at least this
+  site's at gridroute's shares gave up together (pressure: outside load plus the
+  share of the clients, over slots): picks moved toward the lower pressure, which is
+  what the seed's pressure rule aims at, read on the load each policy left;
 * `unexplained`: anything else, and always where gridroute overshot a site more than
   the reference (what the differential tests look for).
 
@@ -157,7 +163,13 @@ def _compare(
             elif (
                 delta > 0
                 and over[ours] == 0
-                and over[ref] > 0
+                and (
+                    over[ref] > 0
+                    # or the seed's run left the site far under its own two-site share
+                    # (it read the site out of its tier: silent, or full on the worst
+                    # poll-old sample of its lookback)
+                    or shares[ref] < _two_site_share(sc, name, shares[ref], clients) - tolerance
+                )
                 and clients <= _free_total(sc)
                 and len([s for s in sc.sites if _free(sc, s.name) > 0]) == 2
                 and shares[ours] <= _two_site_share(sc, name, shares[ours], clients) + tolerance
@@ -211,6 +223,13 @@ def _compare(
             # or the sites more held from outside gave up, together, all it took
             or _given_by_fuller(sc, diffs, d.site)
             >= d.delta - _noise(d.shares[ref], rows[ref]["requests"])
+            # or, under capacity, sites the seed left at a higher pressure than
+            # gridroute leaves this one gave up, together, all it took
+            or (
+                clients <= _free_total(sc)
+                and _given_by_pressed(sc, diffs, d.site, d.shares[ours], ref, clients)
+                >= d.delta - _noise(d.shares[ref], rows[ref]["requests"])
+            )
         )
         else d
         for d in diffs
@@ -237,6 +256,28 @@ def _given_by_fuller(sc: Scenario, diffs: list[SiteDiff], site: str) -> float:
     """The share points that sites more held from outside than `site` gave up."""
     held = _outside(sc, site)
     return -sum(g.delta for g in diffs if g.delta < 0 and _outside(sc, g.site) > held)
+
+
+def _pressure(sc: Scenario, site: str, share: float, clients: int) -> float:
+    """`site`'s load over its slots with `share` of the clients' requests there: outside
+    load plus that part (under capacity nothing queues, so the clients' in-flight is
+    the clients, split as the completed requests are)."""
+    spec = _site(sc, site)
+    return (_held(spec) + share * clients) / spec.slots
+
+
+def _given_by_pressed(
+    sc: Scenario, diffs: list[SiteDiff], site: str, share: float, ref: str, clients: int
+) -> float:
+    """The share points given up by sites whose pressure at the reference's shares is at
+    least `site`'s at gridroute's (`share`): load moved toward the lower pressure, the
+    pressure rule's own aim, read on the load each policy left."""
+    mine = _pressure(sc, site, share, clients)
+    return -sum(
+        g.delta
+        for g in diffs
+        if g.delta < 0 and _pressure(sc, g.site, g.shares[ref], clients) >= mine
+    )
 
 
 def _free(sc: Scenario, site: str) -> float:
