@@ -316,7 +316,7 @@ class GridState:
         else:
             share = 1.0
         following: list[tuple[int, Following]] = []
-        unrounded: list[tuple[int, float, int]] = []
+        unrounded: list[tuple[int, float, int, bool]] = []
         for index, (cand, tr, reading, new) in enumerate(pending):
             view = self._view(
                 cand,
@@ -342,14 +342,17 @@ class GridState:
             if lift:
                 pending[index][1].lifted_until = now + LIFT_HOLD_S
             whole = self._whole(budget, idle)
-            views[index] = replace(views[index], budget=whole, target=targets[index])
-        if unrounded:
-            # Budgets outside the demand-following path, in whole requests; a fraction is
-            # rounded up only where this gateway has no whole budget left (`_needed`).
-            needed = self._needed(views, unrounded, own)
-            for index, budget, idle in unrounded:
-                whole = self._whole(budget, idle if index in needed else 0)
-                views[index] = replace(views[index], budget=whole)
+            views[index] = replace(
+                views[index], budget=whole, budget_up=whole, target=targets[index]
+            )
+        # Outside the demand-following path: the whole budget, and the fraction granted
+        # for this snapshot (`_whole`), which a request takes only where no site of its
+        # tier has room within the whole budgets (`select.decide`).
+        sent_anyway = not s.shedding and s.max_queue_ms <= 0
+        for index, budget, idle, over in unrounded:
+            whole = self._whole(budget, 0)
+            up = self._rounded(budget) if over and sent_anyway else self._whole(budget, idle)
+            views[index] = replace(views[index], budget=whole, budget_up=up)
         snap_views = tuple(views)
         self._latch(snap_views, now)
         snapshot = Snapshot(now, s, snap_views, frozenset(self._shed), spread=self._spread)
@@ -372,7 +375,7 @@ class GridState:
         share: float,
         window_s: float,
         following: list[tuple[int, Following]],
-        unrounded: list[tuple[int, float, int]],
+        unrounded: list[tuple[int, float, int, bool]],
     ) -> SiteView:
         s = self.settings
         hv = health.get(cand.key, Health.UNKNOWN)
@@ -477,7 +480,7 @@ class GridState:
                 )
                 following.append((index, follow))
             else:
-                unrounded.append((index, budget, idle))
+                unrounded.append((index, budget, idle, over))
         return SiteView(
             candidate=cand,
             index=index,
@@ -518,43 +521,6 @@ class GridState:
             tr.room_outlasted += 1
         return tr.room_outlasted
 
-    def _needed(
-        self,
-        views: Sequence[SiteView],
-        unrounded: Sequence[tuple[int, float, int]],
-        own: OwnLoad | None,
-    ) -> set[int]:
-        """Indices of `unrounded` whose idle fraction may be rounded up (`_whole`): the
-        candidates of a model (or of all of them together) whose whole budgets, at the
-        candidates a pick can take (ready, live, measured, not demoted), cannot hold
-        this gateway's in-flight there now and one request more.
-
-        A fraction rounded up is room that every gateway sharing the site may be
-        granted at once, so it is worth its collisions only to a gateway that has no
-        whole request of budget left for the model: one with room elsewhere only adds
-        the chance that two gateways take the site's last slot together. Measured: a
-        1-slot site beside 108 free slots, shared by 7 gateways with 18 clients, was
-        overshot 6 times a run (own-load world 43 of `bench/bench_differential.py`: 818
-        requests against the seed rule's 828; 828 and 0 overshoot now, at every seed
-        tried), and a world below capacity 45 times a run over 8 seeds (outside-load
-        world 35; 6 now). Past capacity every gateway needs its fractions, as before.
-        Without this gateway's counts (tests of the formula) every fraction may be."""
-        if own is None or self.rng is None:
-            return {i for i, _, _ in unrounded}
-        floors = {i: float(math.floor(b)) for i, b, _ in unrounded}
-        pickable = [v.loaded and v.ready and v.live is Live.LIVE and not v.demoted for v in views]
-        counts = own.counts
-        groups: list[list[int]] = [list(range(len(views)))]
-        for model in self.models:
-            groups.append([i for i, v in enumerate(views) if v.candidate.serves(model)])
-        out: set[int] = set()
-        for group in groups:
-            whole = sum(floors.get(i, views[i].budget) for i in group if pickable[i])
-            mine = sum(counts.get(views[i].key, 0) for i in group)
-            if mine + 1 > whole:
-                out.update(i for i in group if i in floors)
-        return out
-
     def _whole(self, budget: float, idle: int) -> float:
         """The budget in whole requests: rounded (`_rounded`) when the site's free room is
         idle (`_idle`), floored when it is fresh or the site is over-full.
@@ -568,9 +534,28 @@ class GridState:
         that take its extra request at once (measured: 929 overshoots at 8 gateways with
         512 clients, a request queued at a site for most of a run at 4). So a fraction is
         granted only once a whole free slot has outlasted a sample (it is idle), and an
-        over-full site's proportional part is floored, so the queue there drains; and,
-        outside the demand-following path, only while this gateway needs it (`_needed`:
-        the caller passes `idle` 0 where it does not)."""
+        over-full site's proportional part is floored, so the queue there drains.
+
+        Outside the demand-following path a fraction granted is `SiteView.budget_up`,
+        beside the whole `budget`, and a request takes it only where no site of its
+        tier has room within the whole budgets (`select.decide`). A fraction rounded up
+        is room that every gateway sharing the site may be granted at once, so it is
+        worth its collisions only to a gateway the floors hold back: one with whole room
+        left only adds the chance that two gateways take the site's last slot together.
+        Measured: a 1-slot site beside 108 free slots, shared by 7 gateways with 18
+        clients, was overshot 6 times a run (own-load world 43 of
+        `bench/bench_differential.py`: 818 requests against the seed rule's 828; 828 and
+        0 overshoot now, at every seed tried). Past capacity the floors hold every
+        gateway back and the fractions are taken, as before.
+
+        The floor at an over-full site drains its queue only where the gateway keeps
+        the request it refuses (an admission queue, or shedding). Without either, the
+        refused request is sent anyway, borrowed or to the overflow tiers, where it
+        queues just the same; the floors of every gateway sharing the site then only
+        idled up to a slot each there for a poll. So there the caller rounds a needed
+        proportional part with `_rounded` (measured, outside-load world 18 of
+        `bench/bench_differential.py`, 8 gateways, 114 clients for 105 free slots:
+        4,502 requests and 462 overshoots before; the ideal is 4,725)."""
         if self.rng is None:
             return budget
         return self._rounded(budget) if idle > 0 else float(math.floor(budget))

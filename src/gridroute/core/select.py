@@ -322,6 +322,8 @@ def decide(
         accounting = s.local_accounting
         borrow: list[int] = []  # the site has room by the estimate, beyond this gateway's share
         borrow_queued: list[int] = []  # the same, with work waiting there
+        up_free: list[int] = []  # room only within the fraction granted (`budget_up`)
+        up_queued: list[int] = []
         room_free: list[int] = []  # the seed's tiers: sites with room by the estimate
         room_queued: list[int] = []
         for i, v in enumerate(healthy):
@@ -338,6 +340,8 @@ def decide(
                 (room_queued if v.is_queued else room_free).append(i)
             if (mine + 1 <= v.budget) if fair else site_room:
                 (queued if v.is_queued else free).append(i)
+            elif fair and mine + 1 <= v.budget_up:
+                (up_queued if v.is_queued else up_free).append(i)
             elif site_room and not s.shedding:
                 # With shedding on, never past the budget: every gateway borrows on the
                 # same poll-old estimate, so borrowing herds them onto the site (measured
@@ -346,6 +350,14 @@ def decide(
                 # (`GridState`) fill the room that borrowing was there to fill.
                 # Queue-free sites first here too: borrowing is still the pressure tiers.
                 (borrow_queued if v.is_queued else borrow).append(i)
+        if not free:
+            # A budget's fraction is taken only where the whole budgets leave this tier
+            # no room: granted with its probability, it may be granted to every gateway
+            # sharing the site at once (`GridState._whole`).
+            if up_free:
+                free, queued = up_free, []
+            elif not queued:
+                queued = up_queued
         if free or queued:
             tier = free or queued
             if prefix is not None and prefix.settings.load_bound and affinity is None:

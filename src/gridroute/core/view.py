@@ -59,6 +59,10 @@ class SiteView:
     loaded: bool = False
     """Some sample in the window carries an in-flight reading. Without one the site has no
     room and no rho (missing is unknown, never zero)."""
+    budget_up: float = -1.0
+    """`budget` with its fraction granted for this snapshot (`GridState._whole`): what a
+    request may use where no site of its tier has room within the whole budgets (the
+    gateway is held back by the floors). Never below `budget` (the default: the same)."""
     external: float = 0.0
     """The part of `base` that no gateway reported sending (batch jobs, direct clients):
     this site's part of the grid's estimated external load, at most `base`."""
@@ -74,6 +78,8 @@ class SiteView:
         external = min(max(self.external, 0.0), self.base)
         ranked = self.share * (self.base - external) + external
         object.__setattr__(self, "ranked_others", ranked)
+        if self.budget_up < self.budget:
+            object.__setattr__(self, "budget_up", self.budget)
 
     def counted_rho(self, mine: int) -> float:
         """The site's estimated pressure: others' in-flight at the sample plus this

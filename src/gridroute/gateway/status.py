@@ -74,6 +74,7 @@ def status(gw: Gateway, history: DecisionHistory) -> dict[str, Any]:
                 "rho": _num(r.rho),
                 "share": _num(v.share) if v.measured else None,
                 "budget": _num(v.budget) if v.measured else None,
+                "budget_granted": _num(v.budget_up) if v.measured else None,
                 "demand_target": None if v.target is None else _num(v.target),
                 "ceiling_soft": _num(v.soft),
                 "ceiling_hard": _num(v.hard),

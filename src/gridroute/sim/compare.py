@@ -28,18 +28,21 @@ independent draws) is named by the rule that explains it where one does (`depart
   no shedding), so overshoot there is forced, and the reference's shares follow the
   requests it queued for good behind outside load;
 * `two_site_weighted` (exactly two sites with slots free of outside load, under capacity,
-  gridroute sent more, no overshoot of its own there, and the reference overshot it or
-  left it more than the tolerance under its own two-site share at its own load): the
-  reference read the site full, queued or silent (after its own overshoot, on the worst
-  poll-old sample of its lookback, or through a failed scrape) and dropped it below the
-  other; gridroute's share is at most the two-site rule's (capacity / (1 + rho), 10-90 %)
-  at gridroute's own load there, plus the tolerance;
+  gridroute sent more, no overshoot of its own there, and the reference overshot it, or,
+  while the site's scrape failed for part of the run, left it more than the tolerance
+  under its own two-site share at its own load): the reference read the site full or
+  queued after its own overshoot (the worst poll-old sample of its lookback), or had no
+  rho for it while its scrape failed, and dropped it below the other; gridroute's share
+  is at most the two-site rule's (capacity / (1 + rho), 10-90 %) at gridroute's own load
+  there, plus the tolerance;
 * `counted_load` also covers a gain that the sites more held from outside gave up
   together (each within the tolerance): picks moved toward less outside load; and,
-  under capacity, a gain that sites the reference left at a pressure at least this
-  site's at gridroute's shares gave up together (pressure: outside load plus the
-  share of the clients, over slots): picks moved toward the lower pressure, which is
-  what the seed's pressure rule aims at, read on the load each policy left;
+  under capacity, a gain that sites gave up together which the reference left at a
+  pressure at least this site's at gridroute's shares and gridroute leaves at no lower
+  one (pressure: outside load plus the share of the clients, over slots; each point
+  given up counted once, none the reference overshot): picks moved toward the lower
+  pressure, which is what the seed's pressure rule aims at, read on the load each
+  policy left;
 * `unexplained`: anything else, and always where gridroute overshot a site more than
   the reference (what the differential tests look for).
 
@@ -50,6 +53,7 @@ the tests, `bench/bench_differential.py` and a user's own scenarios are compared
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any
@@ -165,10 +169,13 @@ def _compare(
                 and over[ours] == 0
                 and (
                     over[ref] > 0
-                    # or the seed's run left the site far under its own two-site share
-                    # (it read the site out of its tier: silent, or full on the worst
-                    # poll-old sample of its lookback)
-                    or shares[ref] < _two_site_share(sc, name, shares[ref], clients) - tolerance
+                    # or its scrape failed for part of the run and the seed, with no rho
+                    # for it then, left it far under its own two-site share
+                    or (
+                        _scrape_failed(sc, name)
+                        and shares[ref]
+                        < _two_site_share(sc, name, shares[ref], clients) - tolerance
+                    )
                 )
                 and clients <= _free_total(sc)
                 and len([s for s in sc.sites if _free(sc, s.name) > 0]) == 2
@@ -213,28 +220,31 @@ def _compare(
     # smoothed rho: moving picks from a site more held from outside to one less held,
     # with no overshoot there, is the pressure rule read on fresher load.
     given_up = [d for d in diffs if d.departure is not None and d.delta < 0]
-    diffs = [
-        SiteDiff(d.site, d.shares, d.overshoot, d.delta, COUNTED_LOAD)
-        if d.departure == UNEXPLAINED
-        and d.delta > 0
-        and d.overshoot[ours] == 0
-        and (
-            any(_outside(sc, g.site) > _outside(sc, d.site) for g in given_up)
-            # or the sites more held from outside gave up, together, all it took
-            or _given_by_fuller(sc, diffs, d.site)
-            >= d.delta - _noise(d.shares[ref], rows[ref]["requests"])
-            # or, under capacity, sites the seed left at a higher pressure than
-            # gridroute leaves this one gave up, together, all it took
-            or (
-                clients <= _free_total(sc)
-                and _given_by_pressed(sc, diffs, d.site, d.shares[ours], ref, clients)
-                >= d.delta - _noise(d.shares[ref], rows[ref]["requests"])
+    noise = _noise_of(rows[ref]["requests"])
+    # What each site gave up that a gain may be read against (each share point once).
+    pool = {d.site: -d.delta for d in diffs if d.delta < 0 and d.departure != SEED_OVERSHOOTS}
+    out = []
+    for d in diffs:
+        if (
+            d.departure == UNEXPLAINED
+            and d.delta > 0
+            and d.overshoot[ours] == 0
+            and (
+                any(_outside(sc, g.site) > _outside(sc, d.site) for g in given_up)
+                # or the sites more held from outside gave up, together, all it took
+                or _given_by_fuller(sc, diffs, d.site) >= d.delta - noise(d.shares[ref])
+                # or, under capacity, sites that the seed left at a higher pressure than
+                # gridroute leaves this one, and that gridroute leaves at no lower one,
+                # gave up, together, all it took
+                or (
+                    clients <= _free_total(sc)
+                    and _take_pressed(sc, diffs, d, ours, ref, clients, rows, pool)
+                )
             )
-        )
-        else d
-        for d in diffs
-    ]
-    return Comparison(clients, rows, diffs)
+        ):
+            d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, COUNTED_LOAD)
+        out.append(d)
+    return Comparison(clients, rows, out)
 
 
 def _held(spec: ScenarioSite) -> float:
@@ -266,18 +276,48 @@ def _pressure(sc: Scenario, site: str, share: float, clients: int) -> float:
     return (_held(spec) + share * clients) / spec.slots
 
 
-def _given_by_pressed(
-    sc: Scenario, diffs: list[SiteDiff], site: str, share: float, ref: str, clients: int
-) -> float:
-    """The share points given up by sites whose pressure at the reference's shares is at
-    least `site`'s at gridroute's (`share`): load moved toward the lower pressure, the
-    pressure rule's own aim, read on the load each policy left."""
-    mine = _pressure(sc, site, share, clients)
-    return -sum(
-        g.delta
+def _take_pressed(
+    sc: Scenario,
+    diffs: list[SiteDiff],
+    d: SiteDiff,
+    ours: str,
+    ref: str,
+    clients: int,
+    rows: dict[str, dict[str, Any]],
+    pool: dict[str, float],
+) -> bool:
+    """Whether `d`'s gain is load moved toward the lower pressure, the seed's pressure
+    rule's own aim, read on the load each policy left: sites whose pressure the
+    reference left at least `d`'s at gridroute's shares, and where gridroute leaves no
+    lower pressure than at `d` (within the noise of `d`'s share), gave up together what
+    it took. What they gave up is taken from `pool`, so no loss explains two gains."""
+    mine = _pressure(sc, d.site, d.shares[ours], clients)
+    margin = _noise(d.shares[ours], rows[ours]["requests"]) * clients / _site(sc, d.site).slots
+    givers = [
+        g.site
         for g in diffs
-        if g.delta < 0 and _pressure(sc, g.site, g.shares[ref], clients) >= mine
-    )
+        if pool.get(g.site, 0.0) > 0.0
+        and _pressure(sc, g.site, g.shares[ref], clients) >= mine
+        and _pressure(sc, g.site, g.shares[ours], clients) + margin >= mine
+    ]
+    need = d.delta - _noise(d.shares[ref], rows[ref]["requests"])
+    if sum(pool[g] for g in givers) < need:
+        return False
+    for g in givers:
+        taken = min(pool[g], need)
+        pool[g] -= taken
+        need -= taken
+    return True
+
+
+def _noise_of(requests: int) -> Callable[[float], float]:
+    """`_noise` at a run's request count."""
+    return lambda share: _noise(share, requests)
+
+
+def _scrape_failed(sc: Scenario, site: str) -> bool:
+    """Whether the scenario fails `site`'s scrapes for part of the run."""
+    return any(getattr(e, "metrics_down", None) == site for e in sc.events)
 
 
 def _free(sc: Scenario, site: str) -> float:
