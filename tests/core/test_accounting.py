@@ -191,7 +191,7 @@ def test_a_fraction_is_taken_only_where_no_whole_budget_is_left_in_the_tier() ->
     assert {d.key for d in picks} == {"big/p"}  # whole room left there: never the fraction
     retries = [decide(s, MODEL, rng, own=g.own.counts, exclude=frozenset({"big/p"})) for s in spare]
     assert [d.key == "tiny/p" for d in retries] == granted
-    assert all(d.outcome is Outcome.SHED for d, up in zip(retries, granted) if not up)
+    assert all(d.outcome is Outcome.SHED for d, up in zip(retries, granted, strict=True) if not up)
     budget = spare[-1].views[1].budget
     for _ in range(int(budget) - 4):  # the big site's whole budget used, after the samples
         g.own.start("big/p", 1e6)

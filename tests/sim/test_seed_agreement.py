@@ -158,7 +158,7 @@ def test_compare_does_not_explain_away_external_load_ranked_at_the_share(monkeyp
         # seed left the sites it took from fuller (0.708 against 0.689).
         (184, "s1", "counted_load"),
         # Two sites with room: the seed read the smaller one out of its tier (2.2 % of
-        # its requests, its own two-site share there 19 %), without overshooting it.
+        # its requests, its own two-site share there 19 %) while its scrape failed.
         (132, "s0", "two_site_weighted"),
     ],
 )
