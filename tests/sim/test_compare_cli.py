@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gridroute.cli import app
@@ -52,3 +53,21 @@ def test_compare_needs_two_policies() -> None:
         app, ["sim", "compare", str(EXAMPLES / "seed-partition.yaml"), "--policies", "gridroute"]
     )
     assert result.exit_code == 2 and "two or more" in result.output
+
+
+def test_outside_load_that_steps_is_read_over_the_measured_span() -> None:
+    """From review: the comparison's rules read how much of a site outside load holds,
+    and a stepped or traced level was read at 0 s, so world-external-stepped's hub (100
+    of 128 slots held from 10 s to 20 s of a 2-30 s measured span) read as empty."""
+    from gridroute.sim.compare import _outside
+    from gridroute.sim.scenario import load_scenario
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
+    sc = load_scenario(root / "world-external-stepped.yaml")
+    assert _outside(sc, "hub") == pytest.approx(100 * 10 / 28 / 128)
+    assert _outside(sc, "west") == 0.0
+    sc = load_scenario(root / "world-external-constant.yaml")
+    held = {s.name: s.external.in_flight for s in sc.sites if s.external is not None}
+    for name, level in held.items():
+        slots = next(s.slots for s in sc.sites if s.name == name)
+        assert _outside(sc, name) == pytest.approx(level / slots)

@@ -247,9 +247,24 @@ def _compare(
     return Comparison(clients, rows, out)
 
 
-def _held(spec: ScenarioSite) -> float:
-    """What outside load holds at `spec`'s site at the start."""
-    return 0.0 if spec.external is None else spec.external.in_flight
+def _held(sc: Scenario, spec: ScenarioSite) -> float:
+    """What outside load holds at `spec`'s site, on average over the measured span (a
+    constant level, steps or a trace alike; a stepped or traced site read at its level
+    at 0 looked empty to every rule here)."""
+    ext = spec.external
+    if ext is None:
+        return 0.0
+    start, end = sc.warmup_s, sc.duration_s
+    if end <= start:
+        return float(ext.level(start))
+    total = 0.0
+    changes = ext.changes(end)
+    for k, (at, level) in enumerate(changes):
+        until = changes[k + 1][0] if k + 1 < len(changes) else end
+        lo, hi = max(at, start), min(until, end)
+        if hi > lo:
+            total += level * (hi - lo)
+    return total / (end - start)
 
 
 def _site(sc: Scenario, site: str) -> ScenarioSite:
@@ -257,9 +272,9 @@ def _site(sc: Scenario, site: str) -> ScenarioSite:
 
 
 def _outside(sc: Scenario, site: str) -> float:
-    """The fraction of `site`'s slots held from outside at the start."""
+    """The fraction of `site`'s slots held from outside (`_held`)."""
     spec = _site(sc, site)
-    return _held(spec) / spec.slots
+    return _held(sc, spec) / spec.slots
 
 
 def _given_by_fuller(sc: Scenario, diffs: list[SiteDiff], site: str) -> float:
@@ -273,7 +288,7 @@ def _pressure(sc: Scenario, site: str, share: float, clients: int) -> float:
     load plus that part (under capacity nothing queues, so the clients' in-flight is
     the clients, split as the completed requests are)."""
     spec = _site(sc, site)
-    return (_held(spec) + share * clients) / spec.slots
+    return (_held(sc, spec) + share * clients) / spec.slots
 
 
 def _take_pressed(
@@ -321,9 +336,9 @@ def _scrape_failed(sc: Scenario, site: str) -> bool:
 
 
 def _free(sc: Scenario, site: str) -> float:
-    """`site`'s slots not held from outside at the start."""
+    """`site`'s slots not held from outside (`_held`)."""
     spec = _site(sc, site)
-    return max(spec.slots - _held(spec), 0.0)
+    return max(spec.slots - _held(sc, spec), 0.0)
 
 
 FORCED_SLACK = 1.1
@@ -338,7 +353,7 @@ def _forced(sc: Scenario, clients: int) -> float:
 
 
 def _free_total(sc: Scenario) -> float:
-    """Slots not held from outside at the start, over every site."""
+    """Slots not held from outside (`_held`), over every site."""
     return sum(_free(sc, s.name) for s in sc.sites)
 
 
@@ -353,7 +368,7 @@ def _two_site_share(sc: Scenario, site: str, share: float, clients: int) -> floa
     rho: list[float] = []
     for s in sorted(two, key=lambda s: s.name != site):  # `site` first
         mine = share if s.name == site else 1.0 - share
-        rho.append((_held(s) + mine * clients) / s.slots)
+        rho.append((_held(sc, s) + mine * clients) / s.slots)
         weight.append(max(s.slots, floor))
     return two_site_share(weight[0], rho[0], weight[1], rho[1])
 
