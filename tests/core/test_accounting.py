@@ -233,3 +233,43 @@ def test_without_hold_or_shedding_an_over_full_part_is_granted_with_its_probabil
     granted = [v.budget_up for v in views]
     assert set(granted) == {9.0, 10.0}
     assert sum(granted) / len(granted) == pytest.approx(100 * 10 / 110, abs=0.1)
+
+
+def test_a_granted_fraction_keeps_the_tier_order() -> None:
+    """A fraction is taken only where the whole budgets leave the request's tier no
+    room, and the tiers keep their order: a queue-free site with only a granted fraction
+    goes before a queued one with whole room (the seed's queue-free tier first), and a
+    queued site with only a fraction is not drawn beside a queued one with whole room."""
+    queued = Site("q", running=50, waiting=0.5, max_running=100)  # queued, below queue_full
+    free = Site("f", running=95, max_running=100)  # 5 free slots: a fraction of a slot here
+    g = Grid([queued, free], AvailabilitySettings(shedding=True))
+    for _ in range(10):
+        g.own.start("q/p", 0.5)
+    g.state.rng = Random(4)
+    g.refresh(1.0)
+    rng = Random(9)
+    snaps = [g.refresh(2.0 + i) for i in range(200)]
+    assert {s.views[1].budget for s in snaps} == {0.0}
+    assert all(s.views[0].budget >= 11.0 for s in snaps)  # whole room at the queued site
+    granted = [s.views[1].budget_up == 1.0 for s in snaps]
+    assert 10 < sum(granted) < 190
+    picks = [decide(s, MODEL, rng, own=g.own.counts) for s in snaps]
+    assert [d.key == "f/p" for d in picks] == granted
+    free.waiting = 0.5  # both queued now: the whole room there comes first, always
+    g.refresh(300.0)
+    snaps = [g.refresh(301.0 + i) for i in range(200)]
+    assert any(s.views[1].budget_up == 1.0 for s in snaps)
+    assert {decide(s, MODEL, rng, own=g.own.counts).key for s in snaps} == {"q/p"}
+
+
+def test_with_an_admission_queue_an_over_full_part_stays_floored() -> None:
+    """The over-full part is granted only where nothing holds or sheds: with an
+    admission queue the request the floor refuses waits at the gateway, and the floor
+    drains the site's queue."""
+    site = Site("a", running=100, waiting=10, max_running=100)
+    g = Grid([site], AvailabilitySettings(max_queue_ms=1000))
+    for _ in range(10):
+        g.own.start("a/p", 0.5)
+    g.state.rng = Random(5)
+    views = [g.refresh(2.0 + i).views[0] for i in range(50)]
+    assert {v.budget for v in views} == {v.budget_up for v in views} == {9.0}
