@@ -4,7 +4,15 @@ from random import Random
 
 import pytest
 
-from gridroute.core import AccountingError, AvailabilitySettings, Outcome, OwnLoad, Path, decide
+from gridroute.core import (
+    AccountingError,
+    AvailabilitySettings,
+    Outcome,
+    OwnLoad,
+    Path,
+    Snapshot,
+    decide,
+)
 
 from .grid_builder import MODEL, Grid, Site
 
@@ -167,6 +175,18 @@ def test_room_seen_on_one_sample_only_is_floored_and_granted_once_it_lasts() -> 
     assert g.refresh(501.0).views[0].budget_up == float(int(exact))  # fresh room again
 
 
+def _holding(sites: list[Site], key: str, held: int, seed: int) -> tuple[Grid, list[Snapshot]]:
+    """A grid (shedding on) where this gateway holds `held` requests at `key`, its
+    fractions drawn from `Random(seed)`, and 200 snapshots after a first sample (so free
+    room has outlasted a sample and its fraction may be granted)."""
+    g = Grid(sites, AvailabilitySettings(shedding=True))
+    for _ in range(held):
+        g.own.start(key, 0.5)
+    g.state.rng = Random(seed)
+    g.refresh(1.0)
+    return g, [g.refresh(2.0 + i) for i in range(200)]
+
+
 def test_a_fraction_is_taken_only_where_no_whole_budget_is_left_in_the_tier() -> None:
     """Own-load world 43 of the differential harness, shrunk: a 1-slot site beside a
     large one with room, shared by gateways each holding a few requests. Its fraction,
@@ -177,13 +197,8 @@ def test_a_fraction_is_taken_only_where_no_whole_budget_is_left_in_the_tier() ->
     a retry away from it, takes the fraction where it is granted."""
     tiny = Site("tiny", running=0, max_running=1)
     big = Site("big", running=20, max_running=100)
-    g = Grid([tiny, big], AvailabilitySettings(shedding=True))
-    for _ in range(4):
-        g.own.start("big/p", 0.5)
-    g.state.rng = Random(3)
-    g.refresh(1.0)
+    g, spare = _holding([tiny, big], "big/p", 4, seed=3)
     rng = Random(8)
-    spare = [g.refresh(2.0 + i) for i in range(200)]
     assert {s.views[0].budget for s in spare} == {0.0}  # 0.2 of the slot: never whole
     granted = [s.views[0].budget_up == 1.0 for s in spare]
     assert 10 < sum(granted) < 70  # about a fifth of the snapshots
@@ -242,13 +257,8 @@ def test_a_granted_fraction_keeps_the_tier_order() -> None:
     queued site with only a fraction is not drawn beside a queued one with whole room."""
     queued = Site("q", running=50, waiting=0.5, max_running=100)  # queued, below queue_full
     free = Site("f", running=95, max_running=100)  # 5 free slots: a fraction of a slot here
-    g = Grid([queued, free], AvailabilitySettings(shedding=True))
-    for _ in range(10):
-        g.own.start("q/p", 0.5)
-    g.state.rng = Random(4)
-    g.refresh(1.0)
+    g, snaps = _holding([queued, free], "q/p", 10, seed=4)
     rng = Random(9)
-    snaps = [g.refresh(2.0 + i) for i in range(200)]
     assert {s.views[1].budget for s in snaps} == {0.0}
     assert all(s.views[0].budget >= 11.0 for s in snaps)  # whole room at the queued site
     granted = [s.views[1].budget_up == 1.0 for s in snaps]
