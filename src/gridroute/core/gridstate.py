@@ -316,7 +316,6 @@ class GridState:
         else:
             share = 1.0
         following: list[tuple[int, Following]] = []
-        unrounded: list[tuple[int, float, int, bool]] = []
         for index, (cand, tr, reading, new) in enumerate(pending):
             view = self._view(
                 cand,
@@ -331,7 +330,6 @@ class GridState:
                 share,
                 window_s,
                 following,
-                unrounded,
             )
             outside = external_at.get(cand.key, 0.0)
             if outside > 0.0 and view.loaded:
@@ -345,14 +343,6 @@ class GridState:
             views[index] = replace(
                 views[index], budget=whole, budget_up=whole, target=targets[index]
             )
-        # Outside the demand-following path: the whole budget, and the fraction granted
-        # for this snapshot (`_whole`), which a request takes only where no site of its
-        # tier has room within the whole budgets (`select.decide`).
-        sent_anyway = not s.shedding and s.max_queue_ms <= 0
-        for index, budget, idle, over in unrounded:
-            whole = self._whole(budget, 0)
-            up = self._rounded(budget) if over and sent_anyway else self._whole(budget, idle)
-            views[index] = replace(views[index], budget=whole, budget_up=up)
         snap_views = tuple(views)
         self._latch(snap_views, now)
         snapshot = Snapshot(now, s, snap_views, frozenset(self._shed), spread=self._spread)
@@ -375,7 +365,6 @@ class GridState:
         share: float,
         window_s: float,
         following: list[tuple[int, Following]],
-        unrounded: list[tuple[int, float, int, bool]],
     ) -> SiteView:
         s = self.settings
         hv = health.get(cand.key, Health.UNKNOWN)
@@ -436,6 +425,7 @@ class GridState:
         latest = reading.latest_in_flight
         loaded_at = reading.loaded_at
         own_s = own.at(cand.key, loaded_at) if own is not None and loaded_at is not None else 0
+        budget_up = -1.0  # the same as `budget` unless granted below
         if latest is None:
             # Missing is unknown, never zero: no room, no rho, nothing to borrow.
             room_ceiling = ceiling
@@ -480,7 +470,13 @@ class GridState:
                 )
                 following.append((index, follow))
             else:
-                unrounded.append((index, budget, idle, over))
+                # The whole budget, and the fraction granted for this snapshot (`_whole`),
+                # which a request takes only where no site of its tier has room within
+                # the whole budgets (`select.decide`).
+                sent_anyway = not s.shedding and s.max_queue_ms <= 0
+                lenient = over and sent_anyway
+                budget_up = self._rounded(budget) if lenient else self._whole(budget, idle)
+                budget = self._whole(budget, 0)
         return SiteView(
             candidate=cand,
             index=index,
@@ -501,6 +497,7 @@ class GridState:
             base=base,
             own_at_sample=own_s,
             budget=budget,
+            budget_up=budget_up,
             share=share,
             spare=free * share,
             is_queued=reading.queued is not None and reading.queued > 0.0,
@@ -552,7 +549,7 @@ class GridState:
         the request it refuses (an admission queue, or shedding). Without either, the
         refused request is sent anyway, borrowed from other gateways' shares on
         poll-old room or sent to the overflow tiers; the floors of every gateway sharing
-        the site then only idled up to a slot each there for a poll. So there `refresh`
+        the site then only idled up to a slot each there for a poll. So there `_view`
         grants the proportional part with `_rounded`, and a request takes it before it
         borrows: it is the gateway's own part of the ceiling, and granted so by every
         gateway the parts hold the site at its ceiling in expectation (measured,

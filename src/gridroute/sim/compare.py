@@ -53,7 +53,6 @@ the tests, `bench/bench_differential.py` and a user's own scenarios are compared
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any
@@ -220,7 +219,6 @@ def _compare(
     # smoothed rho: moving picks from a site more held from outside to one less held,
     # with no overshoot there, is the pressure rule read on fresher load.
     given_up = [d for d in diffs if d.departure is not None and d.delta < 0]
-    noise = _noise_of(rows[ref]["requests"])
     # What each site gave up that a gain may be read against (each share point once).
     pool = {d.site: -d.delta for d in diffs if d.delta < 0 and d.departure != SEED_OVERSHOOTS}
     out = []
@@ -232,7 +230,8 @@ def _compare(
             and (
                 any(_outside(sc, g.site) > _outside(sc, d.site) for g in given_up)
                 # or the sites more held from outside gave up, together, all it took
-                or _given_by_fuller(sc, diffs, d.site) >= d.delta - noise(d.shares[ref])
+                or _given_by_fuller(sc, diffs, d.site)
+                >= d.delta - _noise(d.shares[ref], rows[ref]["requests"])
                 # or, under capacity, sites that the seed left at a higher pressure than
                 # gridroute leaves this one, and that gridroute leaves at no lower one,
                 # gave up, together, all it took
@@ -323,11 +322,6 @@ def _take_pressed(
         pool[g] -= taken
         need -= taken
     return True
-
-
-def _noise_of(requests: int) -> Callable[[float], float]:
-    """`_noise` at a run's request count."""
-    return lambda share: _noise(share, requests)
 
 
 def _scrape_failed(sc: Scenario, site: str) -> bool:
