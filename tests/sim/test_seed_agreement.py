@@ -147,6 +147,11 @@ def test_compare_does_not_explain_away_external_load_ranked_at_the_share(monkeyp
         # granted where nothing holds or sheds and the floors hold the gateway back,
         # the overshoot is within what the excess forces.
         (18, "s1", "past_capacity"),
+        # Past capacity at 3 gateways (240 clients, 237 free slots): 172 requests found
+        # a site full, past the 149 that a whole service time's wait each would force,
+        # but its requests queued 28 request-seconds, what the 3 excess clients force
+        # (30 sampled): the excess queued at large sites, briefly each.
+        (205, "s2", "past_capacity"),
         # Two sites with room: the seed overshot the fuller one, then read it full and
         # dropped it; gridroute gave it the two-site rule's share at its own load.
         (38, "s0", "two_site_weighted"),  # world 34 s1 was the other; within 5 points now

@@ -204,9 +204,14 @@ def _compare(
     # the seed's goodput collapsed (its requests queued for good behind outside load)
     # and gridroute's share is the site's part of the free slots (what a router that
     # loses no slot serves there), the difference is the seed's.
-    # Only while gridroute's own overshoot is what the excess forces (review: a defect
-    # that over-admits while keeping shares proportional would be named otherwise).
-    if collapsed and clients > _free_total(sc) and rows[ours]["overshoot"] <= _forced(sc, clients):
+    # Only while the time gridroute's requests spent queued is what the excess forces
+    # (review: a defect that over-admits while keeping shares proportional would be
+    # named otherwise: a slot it leaves idle is one more client queued, by Little's law).
+    if (
+        collapsed
+        and clients > _free_total(sc)
+        and rows[ours].get("queue_s", math.inf) <= _forced_queue(sc, clients)
+    ):
         diffs = [
             SiteDiff(d.site, d.shares, d.overshoot, d.delta, PAST_CAPACITY)
             if d.departure == UNEXPLAINED
@@ -336,14 +341,21 @@ def _free(sc: Scenario, site: str) -> float:
 
 
 FORCED_SLACK = 1.1
-"""How far past the forced overshoot (`_forced`) `past_capacity` still names a site."""
+"""How far past the forced queueing (`_forced_queue`) `past_capacity` still names a site."""
 
 
-def _forced(sc: Scenario, clients: int) -> float:
-    """The overshoot more clients than free slots force, with a margin: each client past
-    the free slots queues one request per service time over the measured run."""
+def _forced_queue(sc: Scenario, clients: int) -> float:
+    """The request-seconds queued that more clients than free slots force, with a margin,
+    sampled as the simulator samples it (each site's queue at each scrape in the measured
+    span, both ends included). In a closed loop every client past the free slots waits
+    in some queue all the time, whichever policy routes; a policy that left a slot idle
+    queues one client more for that time (Little's law). The count of requests that
+    found a site full is not that measure: at a fixed excess it says where the queue
+    was (a short wait at a large site counts one each, as a whole service time at a
+    one-slot site does), not how long anyone waited."""
     excess = max(clients - _free_total(sc), 0.0)
-    return FORCED_SLACK * excess * (sc.duration_s - sc.warmup_s) / sc.service.mean_s
+    span = sc.duration_s - sc.warmup_s
+    return FORCED_SLACK * excess * (span + sc.scrape_interval_s)
 
 
 def _free_total(sc: Scenario) -> float:
