@@ -165,6 +165,13 @@ def test_compare_does_not_explain_away_external_load_ranked_at_the_share(monkeyp
         # Two sites with room: the seed read the smaller one out of its tier (2.2 % of
         # its requests, its own two-site share there 19 %) while its scrape failed.
         (132, "s0", "two_site_weighted"),
+        # One gateway, two sites with room: the seed overshot the small one in the
+        # warm-up only, and its rho, smoothed over that, kept the site out of its tier
+        # for the whole measured span (0 % of its requests, its formula 13 %).
+        (400, "s2", "two_site_weighted"),
+        # One gateway, two sites with room: what the small one gained under the two-site
+        # rule the large one gave up (with one gateway nothing else named the loss).
+        (374, "s2", "two_site_weighted"),
     ],
 )
 def test_regression_departures_found_by_the_harness_are_named(

@@ -28,13 +28,16 @@ independent draws) is named by the rule that explains it where one does (`depart
   no shedding), so overshoot there is forced, and the reference's shares follow the
   requests it queued for good behind outside load;
 * `two_site_weighted` (exactly two sites with slots free of outside load, under capacity,
-  gridroute sent more, no overshoot of its own there, and the reference overshot it, or,
+  gridroute sent more, no overshoot of its own there, and the reference overshot it (in
+  the warm-up too: its rho, smoothed over that, stays over 1 into the span), or,
   while the site's scrape failed for part of the run, left it more than the tolerance
   under its own two-site share at its own load): the reference read the site full or
   queued after its own overshoot (the worst poll-old sample of its lookback), or had no
   rho for it while its scrape failed, and dropped it below the other; gridroute's share
   is at most the two-site rule's (capacity / (1 + rho), 10-90 %) at gridroute's own load
-  there, plus the tolerance;
+  there, plus the tolerance; and the other site's loss of the same points, where
+  gridroute overshot it no more than the reference (with one gateway nothing else names
+  it);
 * `counted_load` also covers a gain that the sites more held from outside gave up
   together (each within the tolerance): picks moved toward less outside load; and,
   under capacity, a gain that sites gave up together which the reference left at a
@@ -150,6 +153,9 @@ def _compare(
         name = spec.name
         shares = {p: float(r["shares"][name]) for p, r in rows.items()}
         over = {p: int(r.get("overshoot_by_site", {}).get(name, 0)) for p, r in rows.items()}
+        # The reference's overshoot there over the whole run: one in the warm-up still
+        # holds its smoothed rho over 1 well into the measured span.
+        ref_over = over[ref] + int(rows[ref].get("warmup_overshoot_by_site", {}).get(name, 0))
         delta = shares[ours] - shares[ref]
         departure = None
         if abs(delta) > tolerance + _noise(shares[ref], rows[ref]["requests"]):
@@ -167,7 +173,7 @@ def _compare(
                 delta > 0
                 and over[ours] == 0
                 and (
-                    over[ref] > 0
+                    ref_over > 0
                     # or its scrape failed for part of the run and the seed, with no rho
                     # for it then, left it far under its own two-site share
                     or (
@@ -220,6 +226,7 @@ def _compare(
             else d
             for d in diffs
         ]
+    diffs = _two_site_mirror(sc, diffs, ours, rows, tolerance)
     # gridroute ranks on counted load (its own requests now), the seed on a poll-old
     # smoothed rho: moving picks from a site more held from outside to one less held,
     # with no overshoot there, is the pressure rule read on fresher load.
@@ -249,6 +256,37 @@ def _compare(
             d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, COUNTED_LOAD)
         out.append(d)
     return Comparison(clients, rows, out)
+
+
+def _two_site_mirror(
+    sc: Scenario,
+    diffs: list[SiteDiff],
+    ours: str,
+    rows: dict[str, dict[str, Any]],
+    tolerance: float,
+) -> list[SiteDiff]:
+    """With exactly two sites with room, what one gains under `two_site_weighted` the
+    other gives up: that loss is the same departure (with one gateway nothing else names
+    it; with several it reads `fair_share`), where gridroute overshot it no more than
+    the reference and the loss is the gain, within the tolerance."""
+    room = [s.name for s in sc.sites if _free(sc, s.name) > 0]
+    if len(room) != 2:
+        return diffs
+    gains = {d.site: d.delta for d in diffs if d.departure == TWO_SITE_WEIGHTED}
+    out = []
+    for d in diffs:
+        other = next((r for r in room if r != d.site), None)
+        if (
+            d.departure == UNEXPLAINED
+            and d.site in room
+            and d.delta < 0
+            and other in gains
+            and d.overshoot[ours] <= min(d.overshoot.values())
+            and abs(gains[other] + d.delta) <= tolerance
+        ):
+            d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, TWO_SITE_WEIGHTED)
+        out.append(d)
+    return out
 
 
 def _held(sc: Scenario, spec: ScenarioSite) -> float:

@@ -384,6 +384,9 @@ class SimRun:
             if self.tally.counts(t):
                 self.tally.overshoot += 1
                 self.tally.overshot[site.name] = self.tally.overshot.get(site.name, 0) + 1
+            elif t < self.tally.start_s:
+                warm = self.tally.overshot_warmup
+                warm[site.name] = warm.get(site.name, 0) + 1
             site.queue.append(req)
         else:
             self._serve(site, req, t)

@@ -90,6 +90,10 @@ class Tally:
     overshoot: int = 0
     overshot: dict[str, int] = field(default_factory=dict)
     """Overshoot per site (sites that had none are absent)."""
+    overshot_warmup: dict[str, int] = field(default_factory=dict)
+    """Per site, requests that found it full before the measured span: not counted as
+    overshoot, but what a policy reads afterwards may still carry it (a rho smoothed
+    over its own overshoot keeps the site out of its tier for seconds)."""
     shed: int = 0
     failed: int = 0
     retried: int = 0
@@ -165,6 +169,7 @@ class Tally:
             "requests": total,
             "overshoot": self.overshoot,
             "overshoot_by_site": {s: self.overshot.get(s, 0) for s in self.sites},
+            "warmup_overshoot_by_site": {s: self.overshot_warmup.get(s, 0) for s in self.sites},
             "shed": self.shed,
             "failed": self.failed,
             "retried": self.retried,
