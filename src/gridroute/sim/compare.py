@@ -112,6 +112,7 @@ class Comparison:
             "clients": self.clients,
             "requests": {p: r["requests"] for p, r in self.rows.items()},
             "overshoot": {p: r["overshoot"] for p, r in self.rows.items()},
+            "queue_s": {p: r.get("queue_s") for p, r in self.rows.items()},
             "sites": [
                 {
                     "site": d.site,

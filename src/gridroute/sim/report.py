@@ -148,7 +148,8 @@ def print_report(scenario: Scenario, results: list[RunResult], console: Console)
 
 def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
     """`gridroute sim compare`: per client count and site, each policy's share and
-    overshoot there, the difference, and the rule that explains a difference."""
+    overshoot there, the difference, and the rule that explains a difference; then each
+    policy's requests, overshoot and time queued in all."""
     policies = list(results[0].rows) if results else []
     t = Table(title=f"{scenario.name}: {' vs '.join(policies)} on the same request stream")
     t.add_column("clients", justify="right")
@@ -174,6 +175,16 @@ def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
             "requests",
             *(str(c.rows[p]["requests"]) for p in policies),
             *(str(c.rows[p]["overshoot"]) for p in policies),
+            "",
+            "",
+        )
+        # What `past_capacity` reads: the time requests waited, not how many found a
+        # site full.
+        t.add_row(
+            str(c.clients),
+            "queued (request-s)",
+            *(str(c.rows[p].get("queue_s", "-")) for p in policies),
+            *("" for _ in policies),
             "",
             "",
             end_section=True,
