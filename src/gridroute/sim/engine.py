@@ -268,7 +268,15 @@ class SimRun:
 
     def _gw_poll(self, t: float, g: int) -> None:
         gw = self.gateways[g]
-        gw.refresh(self.op_by_site[gw.site], t, self.report)
+        snap = gw.refresh(self.op_by_site[gw.site], t, self.report)
+        if g == 0 and self.tally.counts(t):
+            # How long the first gateway read each site at a reported rho of 1 or more
+            # (out of the seed's tiers with room): what `sim/compare.py` checks before
+            # it reads an overshoot in the warm-up as the reason the seed dropped a site.
+            for v in snap.views:
+                if v.rho is not None and v.rho >= 1.0:
+                    full = self.tally.read_full
+                    full[v.site] = full.get(v.site, 0.0) + self.sc.gateway_poll_s
         if self._probing:
             self._probe_refresh(gw, t)
         if gw.held:

@@ -94,6 +94,9 @@ class Tally:
     """Per site, requests that found it full before the measured span: not counted as
     overshoot, but what a policy reads afterwards may still carry it (a rho smoothed
     over its own overshoot keeps the site out of its tier for seconds)."""
+    read_full: dict[str, float] = field(default_factory=dict)
+    """Per site, seconds of the measured span the first gateway read its reported rho at
+    1 or more (the seed's tiers with room leave it out)."""
     shed: int = 0
     failed: int = 0
     retried: int = 0
@@ -170,6 +173,7 @@ class Tally:
             "overshoot": self.overshoot,
             "overshoot_by_site": {s: self.overshot.get(s, 0) for s in self.sites},
             "warmup_overshoot_by_site": {s: self.overshot_warmup.get(s, 0) for s in self.sites},
+            "read_full_s_by_site": {s: round(self.read_full.get(s, 0.0), 3) for s in self.sites},
             "shed": self.shed,
             "failed": self.failed,
             "retried": self.retried,
