@@ -103,8 +103,11 @@ class SimRequest:
 class SimSite:
     """A site's backend: `slots` requests in service, a FIFO queue past full.
 
-    `external` requests (load that no gridroute gateway sent) hold slots too: they run
-    first, queue past full like any other, and show in every scrape.
+    `external` requests (load that no gridroute gateway sent) hold slots too: a level,
+    not a stream of requests. They run first and hold their slots for as long as the
+    level stands, so a request queued at a site the level holds full is served only
+    when the level falls (a real site's outside requests would turn over, FIFO); past
+    its slots the level shows in every scrape as waiting work, and never in `queue`.
     """
 
     __slots__ = (
