@@ -153,6 +153,7 @@ def _compare(
     # The reference's goodput fell behind (its requests queued behind load it could not
     # move): the completed requests' shares follow those queues everywhere.
     collapsed = rows[ref]["requests"] < (1.0 - tolerance) * rows[ours]["requests"]
+    room = _room(sc)
     diffs = []
     for spec in sc.sites:
         name = spec.name
@@ -172,7 +173,10 @@ def _compare(
             if (
                 collapsed
                 and rows[ours]["overshoot"] <= rows[ref]["overshoot"]
-                and (delta < 0 or not _fullest(sc, name, shares[ours], clients, rows[ours]))
+                and (
+                    delta < 0
+                    or not _fullest(sc, room, name, shares[ours], clients, rows[ours], tolerance)
+                )
             ):
                 departure = SEED_OVERSHOOTS  # shares of a run that queued past full
             elif over[ours] > over[ref]:
@@ -186,7 +190,7 @@ def _compare(
             elif (
                 delta > 0
                 and over[ours] == 0
-                and name in _room(sc)
+                and name in room
                 and (
                     ref_over
                     # or its scrape failed for part of the run and the seed, with no rho
@@ -198,7 +202,7 @@ def _compare(
                     )
                 )
                 and clients <= _free_total(sc)
-                and len(_room(sc)) == 2
+                and len(room) == 2
                 and shares[ours] <= _two_site_share(sc, name, shares[ours], clients) + tolerance
             ):
                 # The seed overshot the site and then read it full or queued (reported
@@ -232,7 +236,7 @@ def _compare(
         collapsed
         and clients > _free_total(sc)
         and _closed_loop(sc, rows[ours])
-        and rows[ours].get("queue_s", math.inf) <= _past_capacity_queue(sc, clients)
+        and rows[ours].get("queue_s", math.inf) <= _past_capacity_queue(sc, clients, tolerance)
     ):
         diffs = [
             SiteDiff(d.site, d.shares, d.overshoot, d.delta, PAST_CAPACITY)
@@ -242,7 +246,7 @@ def _compare(
             else d
             for d in diffs
         ]
-    diffs = _two_site_mirror(sc, diffs, ours, ref, tolerance)
+    diffs = _two_site_mirror(room, diffs, ours, ref, tolerance)
     # gridroute ranks on counted load (its own requests now), the seed on a poll-old
     # smoothed rho: moving picks from a site more held from outside to one less held,
     # with no overshoot there, is the pressure rule read on fresher load.
@@ -275,7 +279,7 @@ def _compare(
 
 
 def _two_site_mirror(
-    sc: Scenario,
+    room: list[str],
     diffs: list[SiteDiff],
     ours: str,
     ref: str,
@@ -286,7 +290,6 @@ def _two_site_mirror(
     more than the reference and the loss is the gain, within the tolerance. (With one
     gateway nothing else names it; with several and no overshoot of gridroute's there
     it reads `fair_share` already.)"""
-    room = _room(sc)
     if len(room) != 2:
         return diffs
     gains = {d.site: d.delta for d in diffs if d.departure == TWO_SITE_WEIGHTED}
@@ -306,7 +309,15 @@ def _two_site_mirror(
     return out
 
 
-def _fullest(sc: Scenario, site: str, share: float, clients: int, row: dict[str, Any]) -> bool:
+def _fullest(
+    sc: Scenario,
+    room: list[str],
+    site: str,
+    share: float,
+    clients: int,
+    row: dict[str, Any],
+    tolerance: float,
+) -> bool:
     """Whether gridroute's `share` of a site mostly held from outside (past
     `SHARE_RANKED_OUTSIDE`) is more than the seed's own rule would give it at
     gridroute's loads. The seed's collapse does not explain such a gain: its shares
@@ -322,11 +333,10 @@ def _fullest(sc: Scenario, site: str, share: float, clients: int, row: dict[str,
       with it undone, worlds 96 s0 and 220 s1)."""
     if _outside(sc, site) <= SHARE_RANKED_OUTSIDE:
         return False
-    room = _room(sc)
     if len(room) == 2 and site in room:
-        return share > _two_site_share(sc, site, share, clients) + TOLERANCE
+        return share > _two_site_share(sc, site, share, clients) + tolerance
     mine = _pressure(sc, site, share, clients)
-    margin = _noise(share, row["requests"]) * clients / _site(sc, site).slots
+    margin = _pressure_noise(sc, site, share, row["requests"], clients)
     others = [
         _pressure(sc, name, float(row["shares"][name]), clients) for name in room if name != site
     ]
@@ -393,7 +403,7 @@ def _take_pressed(
     lower pressure than at `d` (within the noise of `d`'s share), gave up together what
     it took. What they gave up is taken from `pool`, so no loss explains two gains."""
     mine = _pressure(sc, d.site, d.shares[ours], clients)
-    margin = _noise(d.shares[ours], rows[ours]["requests"]) * clients / _site(sc, d.site).slots
+    margin = _pressure_noise(sc, d.site, d.shares[ours], rows[ours]["requests"], clients)
     givers = [
         g.site
         for g in diffs
@@ -411,6 +421,12 @@ def _take_pressed(
     return True
 
 
+def _pressure_noise(sc: Scenario, site: str, share: float, requests: int, clients: int) -> float:
+    """`_noise` of a share of `requests`, as pressure at `site` (`_pressure`): what the
+    share's own sampling noise moves the site's load over its slots by."""
+    return _noise(share, requests) * clients / _site(sc, site).slots
+
+
 def _scrape_failed(sc: Scenario, site: str) -> bool:
     """Whether the scenario fails `site`'s scrapes for part of the run."""
     return any(getattr(e, "metrics_down", None) == site for e in sc.events)
@@ -422,7 +438,7 @@ def _free(sc: Scenario, site: str) -> float:
     return max(spec.slots - _held(sc, spec), 0.0)
 
 
-def _past_capacity_queue(sc: Scenario, clients: int) -> float:
+def _past_capacity_queue(sc: Scenario, clients: int, tolerance: float) -> float:
     """The most request-seconds queued that `past_capacity` accepts: what more clients
     than free slots force, plus the tolerance's part of the free slot-time left idle.
 
@@ -439,7 +455,7 @@ def _past_capacity_queue(sc: Scenario, clients: int) -> float:
     waited."""
     free = _free_total(sc)
     span = sc.duration_s - sc.warmup_s
-    return (max(clients - free, 0.0) + TOLERANCE * free) * span
+    return (max(clients - free, 0.0) + tolerance * free) * span
 
 
 def _closed_loop(sc: Scenario, row: dict[str, Any]) -> bool:
