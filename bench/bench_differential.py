@@ -16,9 +16,8 @@ figures do not depend on it):
 World `i` is the same world whatever the range it is drawn in, so `--first 120
 --worlds 120` runs the next 120 past the default ones. Past capacity it also prints the
 slot-time gridroute left idle beyond what the excess clients force (what the
-`past_capacity` rule bounds). `--undo-external-ranking` runs gridroute with the
-defect the harness first found put back (others' load, external included, ranked at
-this gateway's share: the defect the rules must never hide; its sites must read
+`past_capacity` rule bounds). `--undo-external-ranking` runs gridroute with its
+external-load split undone (the defect the rules must never hide: its sites must read
 unexplained).
 """
 
@@ -31,7 +30,6 @@ from concurrent.futures import ProcessPoolExecutor
 from random import Random
 
 from gridroute.core import Policy, gridstate
-from gridroute.core.view import SiteView
 from gridroute.sim.compare import _free_total, compare, world
 from gridroute.sim.scenario import parse_scenario
 
@@ -62,20 +60,9 @@ def outside_world(i: int) -> tuple[int, int, int, list[tuple[str, str | None]], 
 
 
 def _undo_external_ranking() -> None:
-    """The defect the harness first found, put back (process initializer, so every
-    worker runs the same code): gridroute's split of the grid's external load over the
-    sites undone, and every other's in-flight at a site, external load included, ranked
-    at this gateway's share (no herd term), as before the split and the herd term."""
+    """gridroute's split of the grid's external load over the sites, undone (process
+    initializer, so every worker runs the same code)."""
     gridstate._apportion = lambda external, unreported: {}  # type: ignore[assignment]
-    post_init = SiteView.__post_init__
-
-    def share_ranked(self: SiteView) -> None:
-        post_init(self)
-        object.__setattr__(self, "ranked_others", self.share * self.base)
-        object.__setattr__(self, "others_all", self.ranked_others)
-        object.__setattr__(self, "herd", 0.0)
-
-    SiteView.__post_init__ = share_ranked  # type: ignore[method-assign]
 
 
 def main() -> None:

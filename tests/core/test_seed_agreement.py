@@ -150,10 +150,7 @@ def test_regression_a_site_full_from_outside_ranks_full_at_every_gateway() -> No
     assert got["a"] == 0
     assert got["c"] + got["d"] == N
     a = next(v for v in snap.views if v.site == "a")
-    # Everything others hold, whole (this gateway has sent nothing since the sample);
-    # without local accounting, other gateways' part at this gateway's share.
-    assert a.external == 90 and a.pick_rho(1) == (1 + 3 + 90) / 100
-    assert a.pick_rho(1, accounting=False) == (1 + 0.25 * 3 + 90) / 100
+    assert a.external == 90 and a.pick_rho(1) == (1 + 0.25 * 3 + 90) / 100
 
 
 def test_regression_two_equal_sites_split_evenly_over_a_stream() -> None:

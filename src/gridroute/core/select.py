@@ -330,18 +330,11 @@ def decide(
             if not v.loaded:
                 continue  # no in-flight reading: no room and no rho (unknown, never zero)
             mine = counts.get(v.key, 0) if accounting else v.own_at_sample
-            # Rank by everything others held at the sample plus this gateway's own now,
-            # and its change since the sample again for each peer (`SiteView.herd`: the
-            # others read the same poll; ranked on it alone, gateways herd together).
-            # (Inlined SiteView.pick_rho: this loop is the request path.)
+            # Rank by this gateway's own load plus only its share of other gateways' (a
+            # poll old: ranking on all of it makes gateways herd together) and all of the
+            # external load. (Inlined SiteView.pick_rho: this loop is the request path.)
             ceiling = v.room_ceiling
-            if accounting:
-                others = v.others_all + (mine - v.own_at_sample) * v.herd
-                if others < v.external:
-                    others = v.external
-                rhos[i] = (mine + others) / ceiling
-            else:
-                rhos[i] = (mine + v.ranked_others) / ceiling
+            rhos[i] = (mine + v.ranked_others) / ceiling
             site_room = v.base + mine + 1 <= ceiling
             if site_room:
                 (room_queued if v.is_queued else room_free).append(i)

@@ -67,31 +67,17 @@ class SiteView:
     """The part of `base` that no gateway reported sending (batch jobs, direct clients):
     this site's part of the grid's estimated external load, at most `base`."""
     ranked_others: float = field(init=False, compare=False)
-    """The others' in-flight as gridroute ranks it without local accounting: `share` of
-    what other gateways sent (a poll old; ranked whole with nothing to say how they moved
-    since, gateways herd) plus all of the external load (which does not herd, and hidden
-    behind the share it made a site full from outside look empty). Derived once per
-    snapshot."""
-    others_all: float = field(init=False, compare=False)
-    """`base` as the pick adds to it: every other gateway's in-flight and the external
-    load, whole (`ranked_others` plus the part the share left out, so that with one
-    gateway the two are the same float)."""
-    herd: float = field(init=False, compare=False)
-    """How many times this gateway's own change since the sample the other gateways are
-    taken to have made: 1 / `share` - 1 (0 with one gateway). Others read a poll old
-    and ranked whole herd onto the site they all read emptiest; each request this
-    gateway sends there since counts for the requests its peers, reading the same poll,
-    sent too (`pick_rho`)."""
+    """The others' in-flight as gridroute ranks it: `share` of what other gateways sent
+    (a poll old, and ranking on all of it herds gateways together) plus all of the
+    external load (which does not herd, and hidden behind the share it made a site full
+    from outside look empty). Derived from the three, once per snapshot."""
     key: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", self.candidate.key)
         external = min(max(self.external, 0.0), self.base)
-        object.__setattr__(self, "external", external)
         ranked = self.share * (self.base - external) + external
         object.__setattr__(self, "ranked_others", ranked)
-        object.__setattr__(self, "others_all", ranked + (1.0 - self.share) * (self.base - external))
-        object.__setattr__(self, "herd", 1.0 / self.share - 1.0 if self.share > 0.0 else 0.0)
         if self.budget_up < self.budget:
             object.__setattr__(self, "budget_up", self.budget)
 
@@ -100,18 +86,11 @@ class SiteView:
         gateway's own now, over the (KV-bounded) ceiling."""
         return (self.base + mine) / self.room_ceiling
 
-    def pick_rho(self, mine: int, accounting: bool = True) -> float:
-        """What gridroute's picks compare, over the (KV-bounded) ceiling: this gateway's
-        own in-flight now plus everything others held at the sample (`others_all`), and
-        this gateway's change since the sample again for each peer (`herd`): the other
-        gateways, reading the same poll, are taken to have moved as it did, in
-        proportion to their share (never below the external load alone). Without local
-        accounting (`mine` is the own load at the sample, so no change is known) the
-        others' gateway load counts at this gateway's share (`ranked_others`)."""
-        if not accounting:
-            return (mine + self.ranked_others) / self.room_ceiling
-        others = self.others_all + (mine - self.own_at_sample) * self.herd
-        return (mine + max(others, self.external)) / self.room_ceiling
+    def pick_rho(self, mine: int) -> float:
+        """What gridroute's picks compare: this gateway's own in-flight plus only its share
+        of what other gateways sent (a poll old) and all external load, over the
+        (KV-bounded) ceiling."""
+        return (mine + self.ranked_others) / self.room_ceiling
 
     @property
     def site(self) -> str:

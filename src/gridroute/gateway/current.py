@@ -198,9 +198,7 @@ class CurrentGrid:
             )
             # As the core's gridroute pick: own now with local accounting, else own at
             # the sample.
-            pick = (
-                v.pick_rho(own if accounting else v.own_at_sample, accounting) if picks else v.rho
-            )
+            pick = v.pick_rho(own if accounting else v.own_at_sample) if picks else v.rho
             out.append(SiteReading(v, own, weights.get(v.key), v.rho, v.counted_rho(own), pick))
         return out
 
