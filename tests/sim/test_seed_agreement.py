@@ -74,6 +74,38 @@ def test_regression_four_sites_one_nearly_full_one_full_from_outside() -> None:
     assert row["overshoot"] == 0
 
 
+@pytest.mark.parametrize("seed", range(1, 5))
+def test_regression_the_first_world_live_sized_from_the_first_request(seed: int) -> None:
+    """The issue's first world at the size of its live test (`tests/e2e/test_worlds_grid.py`:
+    24-slot sites, 20 and 24 held from outside, four gateways, 32 clients, quarter-second
+    scrapes and polls), measured from the first request. A ranking that took this
+    gateway's own change since the sample again for each peer (the herd term, tried and
+    reverted 2026-12-06) read a free site full whenever one gateway's first picks split
+    unevenly between the two, and sent the nearly full site 6-14 requests a run with up
+    to 8 overshoots; live it sent 5-29 of 384. The simulator's generated worlds, larger
+    and measured after a warm-up, did not show it."""
+    sites = [
+        {"name": "a", "slots": 24, "external": {"in_flight": 20}},
+        {"name": "b", "slots": 24, "external": {"in_flight": 24}},
+        {"name": "c", "slots": 24},
+        {"name": "d", "slots": 24},
+    ]
+    sc = parse_scenario(
+        {
+            "duration_s": 4,
+            "warmup_s": 0.0,
+            "sites": sites,
+            "gateways": 4,
+            "seed": seed,
+            "scrape_interval_s": 0.25,
+            "poll_interval_s": 0.25,
+        }
+    )
+    row = SimRun(sc, Policy.GRIDROUTE, 32).run().row
+    assert row["shares"]["a"] * row["requests"] <= 1 and row["shares"]["b"] == 0.0, row
+    assert row["overshoot"] == 0, row
+
+
 def test_regression_a_site_smaller_than_the_ceiling_floor() -> None:
     """Shrunk from the outside-load worlds: a 7-slot site with 5 slots held from outside
     read as 8 slots (the ceiling floor) and was overshot by gridroute's gateways; a
