@@ -30,7 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from random import Random
 
 from gridroute.core import Policy, gridstate
-from gridroute.sim.compare import _free_total, compare, world
+from gridroute.sim.compare import compare, idle_beyond_excess, world
 from gridroute.sim.scenario import parse_scenario
 
 BOTH = [Policy.GRIDROUTE, Policy.SATURATION]
@@ -52,10 +52,7 @@ def outside_world(i: int) -> tuple[int, int, int, list[tuple[str, str | None]], 
     (c,) = compare(sc, BOTH)
     rows = c.rows
     sites = [(d.site, d.departure) for d in c.sites]
-    free, span = _free_total(sc), sc.duration_s - sc.warmup_s
-    idle = None
-    if c.clients > free > 0:
-        idle = (rows["gridroute"]["queue_s"] - (c.clients - free) * span) / (free * span)
+    idle = idle_beyond_excess(sc, c.clients, rows["gridroute"]["queue_s"])
     return i, rows["gridroute"]["requests"], rows["saturation"]["requests"], sites, idle
 
 

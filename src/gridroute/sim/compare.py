@@ -458,6 +458,19 @@ def _past_capacity_queue(sc: Scenario, clients: int, tolerance: float) -> float:
     return (max(clients - free, 0.0) + tolerance * free) * span
 
 
+def idle_beyond_excess(sc: Scenario, clients: int, queue_s: float) -> float | None:
+    """Past capacity, the slot-time a run's requests queued beyond what its excess
+    clients force, over the free slot-time: by the identity `_past_capacity_queue`
+    reads (a slot left idle queues one more client), the part of the free slots left
+    idle. `past_capacity` accepts up to the tolerance. None under capacity or with no
+    free slots."""
+    free = _free_total(sc)
+    if not clients > free > 0:
+        return None
+    span = sc.duration_s - sc.warmup_s
+    return (queue_s - (clients - free) * span) / (free * span)
+
+
 def _closed_loop(sc: Scenario, row: dict[str, Any]) -> bool:
     """Whether `_past_capacity_queue`'s identity holds for the run: nothing shed,
     failed or held at a gateway (each waits outside the sites' queues) and no change
@@ -484,7 +497,7 @@ def _two_site_share(sc: Scenario, site: str, share: float, clients: int) -> floa
     """The seed's two-site share of `site` at gridroute's own load: in flight there
     `share` x clients (the rest at the other site) beside what outside load holds, the
     capacities weighted as the plan weighs them (`explore_floor`)."""
-    two = [s for s in sc.sites if _free(sc, s.name) > 0]
+    two = [_site(sc, name) for name in _room(sc)]
     top = max(s.slots for s in two)
     floor = AvailabilitySettings().explore_floor * top
     weight: list[float] = []
