@@ -82,8 +82,8 @@ def test_regression_the_first_world_live_sized_from_the_first_request(seed: int)
     gateway's own change since the sample again for each peer (the herd term, tried and
     reverted 2026-12-06) read a free site full whenever one gateway's first picks split
     unevenly between the two, and sent the nearly full site 4-11 requests a run here
-    with up to 5 overshoots (main: none); live it sent 5-29 of 384. The simulator's generated worlds, larger
-    and measured after a warm-up, did not show it."""
+    with up to 5 overshoots (main: none); live it sent 5-29 of 384. The simulator's
+    generated worlds, larger and measured after a warm-up, did not show it."""
     sites = [
         {"name": "a", "slots": 24, "external": {"in_flight": 20}},
         {"name": "b", "slots": 24, "external": {"in_flight": 24}},
