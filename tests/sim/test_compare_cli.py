@@ -38,6 +38,20 @@ def test_compare_names_where_the_policies_differ_and_why(tmp_path: Path) -> None
     assert busy["overshoot"]["gridroute"] == 0 < busy["overshoot"]["saturation"]
     assert {s["departure"] for s in busy["sites"]} == {"seed_overshoots"}
     assert "explained by a named rule" in result.output
+    # Which arm of the pick sent each share there: gridroute holds what finds no room
+    # (its admission queue) and picks only within the tiers with room; the seed reads
+    # its sites full and sends into its overflow tiers.
+    picks = {s["site"]: s["picks"] for s in busy["sites"]}
+    with_room = {"pressure_p2c", "pressure_weighted", "single"}
+    assert all(set(p["gridroute"]) <= with_room for p in picks.values()), picks
+    overflow = sum(
+        n for p in picks.values() for path, n in p["saturation"].items() if path not in with_room
+    )
+    assert overflow > 0, picks
+    # Every attempt sent in the measured span is counted once, at its site.
+    sent = sum(n for p in picks.values() for n in p["gridroute"].values())
+    assert abs(sent - busy["requests"]["gridroute"]) <= 40, (sent, busy["requests"])
+    assert "gridroute picks" in result.output
 
 
 def test_compare_rejects_an_unknown_policy_naming_the_option() -> None:

@@ -124,6 +124,9 @@ class Comparison:
                     "overshoot": d.overshoot,
                     "delta": round(d.delta, 4),
                     "departure": d.departure,
+                    "picks": {
+                        p: r.get("picks_by_site", {}).get(d.site, {}) for p, r in self.rows.items()
+                    },
                 }
                 for d in self.sites
             ],

@@ -337,7 +337,9 @@ class SimRun:
         if isinstance(step, Attempt):
             if step.after is not None and self.tally.counts(t):
                 self.tally.retried += 1
-            self._dispatch(gw, req, step.view.key, t)
+            key = step.view.key
+            self.tally.picked(t, self.sites[self.site_index[key]].name, step.decision.path.value)
+            self._dispatch(gw, req, key, t)
         elif isinstance(step, Hold):
             if not req.held:  # woken and held again: it keeps its place and its deadline
                 req.held = True

@@ -160,6 +160,8 @@ def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
         t.add_column(f"{p} overshoot", justify="right")
     t.add_column("difference", justify="right")
     t.add_column("why")
+    ours = "gridroute" if "gridroute" in policies else (policies[0] if policies else "")
+    t.add_column(f"{ours} picks (path)")
     for c in results:
         for d in c.sites:
             t.add_row(
@@ -169,12 +171,14 @@ def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
                 *(str(d.overshoot[p]) for p in policies),
                 f"{d.delta:+.3f}",
                 d.departure or "-",
+                _picks(c.rows[ours].get("picks_by_site", {}).get(d.site, {})),
             )
         t.add_row(
             str(c.clients),
             "requests",
             *(str(c.rows[p]["requests"]) for p in policies),
             *(str(c.rows[p]["overshoot"]) for p in policies),
+            "",
             "",
             "",
         )
@@ -187,9 +191,21 @@ def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
             *("" for _ in policies),
             "",
             "",
+            "",
             end_section=True,
         )
     return t
+
+
+PICKS_SHOWN = 3
+"""Paths shown per site in the comparison table (the JSON has them all)."""
+
+
+def _picks(by_path: dict[str, int]) -> str:
+    """The most used paths of a site's picks, most first: which arm of the pick sent a
+    share there (a tier of one site is `single`, a pair's lower rho `pressure_p2c`)."""
+    top = sorted(by_path.items(), key=lambda kv: (-kv[1], kv[0]))[:PICKS_SHOWN]
+    return ", ".join(f"{path} {n}" for path, n in top) or "-"
 
 
 def print_comparison(scenario: Scenario, results: list[Comparison], out: Console) -> None:

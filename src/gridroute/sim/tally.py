@@ -7,6 +7,9 @@ Only what happens inside the measured span `[warmup_s, duration_s]` counts:
 * **peak window share**: the largest share one site carried in any window of
   `window_s` seconds (sliding in steps of `BUCKET_S`) inside the span.
 * **overshoot**: requests that arrived at a site with every slot busy.
+* **picks** of a site: attempts sent there, by the arm of the pick that chose it (the
+  `path` label of `grid_route_selections_total`: `pressure_p2c`, `single`, `borrow`...),
+  so a share can be read back to the rule that made it.
 * **shed**: 429 answers, the gateway's own or a full site's (`when_full: refuse`) that no
   retry placed elsewhere (each is one attempt; the client retries after Retry-After).
 * **failed**: requests that ended in an error the client saw (a failed connect that
@@ -97,6 +100,8 @@ class Tally:
     read_full: dict[str, float] = field(default_factory=dict)
     """Per site, seconds of the measured span the first gateway read its reported rho at
     1 or more (the seed's tiers with room leave it out)."""
+    picks: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per site, attempts sent there in the measured span by the pick's path."""
     shed: int = 0
     failed: int = 0
     retried: int = 0
@@ -134,6 +139,12 @@ class Tally:
             self.latencies.append(latency)
             if client is not None:
                 self.served_by[client] += 1
+
+    def picked(self, t: float, site: str, path: str) -> None:
+        """An attempt sent to `site` at `t`, chosen by the pick's `path`."""
+        if self.start_s <= t <= self.end_s + 1e-9:
+            by_path = self.picks.setdefault(site, {})
+            by_path[path] = by_path.get(path, 0) + 1
 
     def series(self) -> Series:
         return Series(list(self.sites), BUCKET_S, self.start_s, self.completions, self.rho)
@@ -174,6 +185,10 @@ class Tally:
             "overshoot_by_site": {s: self.overshot.get(s, 0) for s in self.sites},
             "warmup_overshoot_by_site": {s: self.overshot_warmup.get(s, 0) for s in self.sites},
             "read_full_s_by_site": {s: round(self.read_full.get(s, 0.0), 3) for s in self.sites},
+            "picks_by_site": {
+                s: dict(sorted(self.picks.get(s, {}).items(), key=lambda kv: (-kv[1], kv[0])))
+                for s in self.sites
+            },
             "shed": self.shed,
             "failed": self.failed,
             "retried": self.retried,
