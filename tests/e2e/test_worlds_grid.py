@@ -108,24 +108,31 @@ class Grid:
             proc.stop()
 
 
-async def _load(url: str, workers: int, per_worker: int) -> tuple[collections.Counter[str], int]:
+async def _load(
+    url: str, workers: int, per_worker: int, distinct: bool = False
+) -> tuple[collections.Counter[str], int]:
+    """`workers` clients of the official openai client, `per_worker` requests each, and
+    where each answer was served. `distinct`: every request its own prompt (many users'
+    conversations); otherwise all send the same one, which prefix affinity keeps on the
+    site that served it, within the tier with room, as the reference does."""
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
     seen: collections.Counter[str] = collections.Counter()
     errors = 0
 
-    async def worker() -> None:
+    async def worker(w: int) -> None:
         nonlocal errors
-        for _ in range(per_worker):
+        for i in range(per_worker):
+            messages = [{"role": "user", "content": f"hello {w}-{i}"}] if distinct else CHAT
             try:
                 raw = await client.chat.completions.with_raw_response.create(
-                    model="m", messages=CHAT
+                    model="m", messages=messages
                 )
                 seen[raw.headers["x-grid-site"]] += 1
             except openai.APIError:
                 errors += 1
 
     try:
-        await asyncio.gather(*(worker() for _ in range(workers)))
+        await asyncio.gather(*(worker(w) for w in range(workers)))
     finally:
         await client.close()
     return seen, errors
@@ -236,3 +243,61 @@ def test_a_site_nearly_full_from_outside_draws_nothing_while_two_sites_are_free(
     # the workers' first polls are still on their way.
     assert seen["b"] == 0, seen
     assert seen["a"] <= 4, seen
+
+
+@pytest.fixture
+def large_and_small(tmp_path: Path) -> Grid:
+    # Issue 23's second world: a large idle site beside a small one nearly full from
+    # outside.
+    g = Grid(tmp_path, {}, sites={"a": 48, "b": 8})
+    try:
+        yield g  # type: ignore[misc]
+    finally:
+        g.close()
+
+
+def test_a_small_nearly_full_site_beside_a_large_idle_one_keeps_the_two_site_share(
+    large_and_small: Grid,
+) -> None:
+    g = large_and_small
+    g.admin("b", "external", {"in_flight": 6})  # 2 of b's 8 slots left
+    wait_for(lambda: (g.status()["b"]["rho_reported"] or 0) >= 0.7, timeout=10)
+    external = lambda: http("GET", g.gateway.url + "/grid/status")[1]["external_in_flight"]  # noqa: E731
+    wait_for(lambda: external() >= 5, timeout=6)
+    # Each request its own conversation: one prompt for all would be kept on the site
+    # that served it first by prefix affinity, which narrows within the tier with room
+    # (the reference's default; its balance check starts at a mean rho of 0.5).
+    seen, errors = asyncio.run(_load(g.gateway.url, 8, 80, distinct=True))
+    assert errors == 0
+    total = sum(seen.values())
+    assert total == 640
+    # The seed's two-site rule: capacity over 1 + rho, each share within 10-90 %, the
+    # capacity raised to the explore floor (a quarter of the largest: b weighs 12). At
+    # b's rho of 0.75-0.9 and a's near 0 that is 12 / 1.8 against 48 / 1.05, about
+    # 12.7 %; 8 clients at that share hold about 1 request at b, under its 2 free slots.
+    # Measured: 81-84 of 640. Bounds: three standard errors of 640 independent draws
+    # below it (the gateway keeps the shares over the stream, closer than that).
+    assert 0.09 * total <= seen["b"] <= 0.2 * total, seen
+
+
+@pytest.fixture
+def two_equal(tmp_path: Path) -> Grid:
+    # Issue 23's third world: two equal sites, lightly loaded.
+    g = Grid(tmp_path, {}, sites={"a": 16, "b": 16})
+    try:
+        yield g  # type: ignore[misc]
+    finally:
+        g.close()
+
+
+def test_two_equal_lightly_loaded_sites_split_evenly(two_equal: Grid) -> None:
+    g = two_equal
+    seen, errors = asyncio.run(_load(g.gateway.url, 4, 100, distinct=True))
+    assert errors == 0
+    total = sum(seen.values())
+    assert total == 400
+    # Equal capacity and load: the two-site rule's shares are 50/50, and the gateway keeps
+    # them over the stream rather than drawing each request independently (independent
+    # draws wander 2.5 points a run at 400 requests). The issue's bound, 2 points;
+    # measured: 200, 200 and 201 of 400.
+    assert abs(seen["a"] - 200) <= 8, seen
