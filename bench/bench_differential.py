@@ -11,7 +11,9 @@ figures do not depend on it):
   measured in the same run), worst and total, and the worlds where it served fewer;
 * outside: 50-120 % of each site's slots held from outside; prints how many site shares
   differ by more than 5 points (beyond the seed's own sampling noise) and which named
-  rule explains each, and any that no rule explains.
+  rule explains each, and any that no rule explains (each such site is run on 7 more
+  request streams first: `stream_noise` where the mean difference is within 5 points
+  by its standard error).
 
 World `i` is the same world whatever the range it is drawn in, so `--first 120
 --worlds 120` runs the next 120 past the default ones. Past capacity it also prints the

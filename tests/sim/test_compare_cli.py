@@ -85,3 +85,21 @@ def test_outside_load_that_steps_is_read_over_the_measured_span() -> None:
     for name, level in held.items():
         slots = next(s.slots for s in sc.sites if s.name == name)
         assert _outside(sc, name) == pytest.approx(level / slots)
+
+
+def test_compare_confirms_on_as_many_streams_as_the_harness() -> None:
+    """The CLI's `--confirm` default is the harness's (`compare.CONFIRM_STREAMS`): a user's
+    own world is judged as the generated ones are."""
+    import inspect
+
+    from gridroute.cli.sim import compare_cmd
+    from gridroute.sim.compare import CONFIRM_STREAMS
+
+    assert inspect.signature(compare_cmd).parameters["confirm"].default == CONFIRM_STREAMS
+
+
+def test_compare_refuses_a_negative_confirm() -> None:
+    result = CliRunner().invoke(
+        app, ["sim", "compare", str(EXAMPLES / "seed-partition.yaml"), "--confirm", "-1"]
+    )
+    assert result.exit_code == 2 and "--confirm" in result.output

@@ -114,6 +114,14 @@ def compare_cmd(
         float | None,
         typer.Option("--duration", help="Override duration_s (seconds), for a quick look."),
     ] = None,
+    confirm: Annotated[
+        int,
+        typer.Option(
+            "--confirm",
+            help="More request streams (seeds) an unexplained difference is run on before "
+            "it stays so; 0: the scenario's own stream only.",
+        ),
+    ] = 7,
 ) -> None:
     """Run SCENARIO under two or more policies on the same request stream and show, per
     site, where their shares differ, by how much, and the rule that explains it."""
@@ -137,8 +145,11 @@ def compare_cmd(
     if not 0.0 <= tolerance <= 1.0:
         typer.echo(f"error: --tolerance: {tolerance}: must be within 0 and 1", err=True)
         raise typer.Exit(2)
+    if confirm < 0:
+        typer.echo(f"error: --confirm: {confirm}: must be 0 or more", err=True)
+        raise typer.Exit(2)
     sc = _scenario(scenario, duration_s)
-    results = compare(sc, chosen, tolerance)
+    results = compare(sc, chosen, tolerance, confirm)
     out = Console()
     if not out.is_terminal:
         out.width = max(out.width, WIDE)
