@@ -65,11 +65,8 @@ def _prefix_hits(url: str) -> int:
 def grid(tmp_path: Path) -> Iterator[Grid]:
     # No exploration: every turn that matches is routed by its match, so the test is
     # deterministic; everything else is the defaults (affinity is on by default).
-    g = Grid(tmp_path, {}, sites=SITES, gateway={"prefix_affinity": {"exploration": 0.0}})
-    try:
+    with Grid(tmp_path, {}, sites=SITES, gateway={"prefix_affinity": {"exploration": 0.0}}) as g:
         yield g
-    finally:
-        g.close()
 
 
 def test_a_conversation_stays_on_its_site_until_that_site_is_full_then_moves(

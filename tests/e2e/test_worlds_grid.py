@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Iterator
 from pathlib import Path
 
 import openai
@@ -35,6 +36,19 @@ class Grid:
         self.procs: list[Proc] = []
         self.fakes: dict[str, Proc] = {}
         self.sites = SLOTS if sites is None else sites
+        try:
+            self._launch(tmp, availability, workers, gateway)
+        except BaseException:
+            self.close()  # what started before the failure does not outlive the test
+            raise
+
+    def _launch(
+        self,
+        tmp: Path,
+        availability: dict[str, object],
+        workers: int,
+        gateway: dict[str, object] | None,
+    ) -> None:
         ports = {site: free_port() for site in self.sites}
         for i, (site, slots) in enumerate(self.sites.items()):
             self.fakes[site] = self._start(
@@ -107,6 +121,12 @@ class Grid:
         for proc in reversed(self.procs):
             proc.stop()
 
+    def __enter__(self) -> Grid:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 async def _load(
     url: str, workers: int, per_worker: int, distinct: bool = False
@@ -151,14 +171,11 @@ def _flat(value: object, prefix: str = "") -> list[tuple[str, int]]:
 
 
 @pytest.fixture
-def queued_grid(tmp_path: Path) -> Grid:
+def queued_grid(tmp_path: Path) -> Iterator[Grid]:
     # The admission queue on: a gateway that reads its fair share as the 0.05 floor holds
     # every request while both sites have free slots (issue 11).
-    g = Grid(tmp_path, {"max_queue_ms": 400})
-    try:
-        yield g  # type: ignore[misc]
-    finally:
-        g.close()
+    with Grid(tmp_path, {"max_queue_ms": 400}) as g:
+        yield g
 
 
 def test_external_load_does_not_starve_a_lone_gateway(queued_grid: Grid) -> None:
@@ -181,12 +198,9 @@ def test_external_load_does_not_starve_a_lone_gateway(queued_grid: Grid) -> None
 
 
 @pytest.fixture
-def grid(tmp_path: Path) -> Grid:
-    g = Grid(tmp_path, {})
-    try:
-        yield g  # type: ignore[misc]
-    finally:
-        g.close()
+def grid(tmp_path: Path) -> Iterator[Grid]:
+    with Grid(tmp_path, {}) as g:
+        yield g
 
 
 def test_a_site_whose_metrics_fail_while_it_serves_goes_silent_then_returns(grid: Grid) -> None:
@@ -211,14 +225,11 @@ def test_a_site_whose_metrics_fail_while_it_serves_goes_silent_then_returns(grid
 
 
 @pytest.fixture
-def four_sites(tmp_path: Path) -> Grid:
+def four_sites(tmp_path: Path) -> Iterator[Grid]:
     # Issue 23's first world: four equal sites, a nearly full and b full from outside, and
     # a gateway of four workers (four gateway identities that report to each other).
-    g = Grid(tmp_path, {}, sites=dict.fromkeys("abcd", 24), workers=4)
-    try:
-        yield g  # type: ignore[misc]
-    finally:
-        g.close()
+    with Grid(tmp_path, {}, sites=dict.fromkeys("abcd", 24), workers=4) as g:
+        yield g
 
 
 def test_a_site_nearly_full_from_outside_draws_nothing_while_two_sites_are_free(
@@ -246,14 +257,11 @@ def test_a_site_nearly_full_from_outside_draws_nothing_while_two_sites_are_free(
 
 
 @pytest.fixture
-def large_and_small(tmp_path: Path) -> Grid:
+def large_and_small(tmp_path: Path) -> Iterator[Grid]:
     # Issue 23's second world: a large idle site beside a small one nearly full from
     # outside.
-    g = Grid(tmp_path, {}, sites={"a": 48, "b": 8})
-    try:
-        yield g  # type: ignore[misc]
-    finally:
-        g.close()
+    with Grid(tmp_path, {}, sites={"a": 48, "b": 8}) as g:
+        yield g
 
 
 def test_a_small_nearly_full_site_beside_a_large_idle_one_keeps_the_two_site_share(
@@ -281,13 +289,10 @@ def test_a_small_nearly_full_site_beside_a_large_idle_one_keeps_the_two_site_sha
 
 
 @pytest.fixture
-def two_equal(tmp_path: Path) -> Grid:
+def two_equal(tmp_path: Path) -> Iterator[Grid]:
     # Issue 23's third world: two equal sites, lightly loaded.
-    g = Grid(tmp_path, {}, sites={"a": 16, "b": 16})
-    try:
-        yield g  # type: ignore[misc]
-    finally:
-        g.close()
+    with Grid(tmp_path, {}, sites={"a": 16, "b": 16}) as g:
+        yield g
 
 
 def test_two_equal_lightly_loaded_sites_split_evenly(two_equal: Grid) -> None:
