@@ -187,23 +187,28 @@ def test_a_collapsed_seed_does_not_explain_a_site_left_the_fullest(monkeypatch) 
     assert d.departure == "unexplained", c.as_dict()
 
 
-def test_other_streams_do_not_explain_away_a_difference_the_defect_keeps(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("world_id", "site"), [(360, "s2"), (209, "s1")])
+def test_other_streams_do_not_explain_away_a_difference_the_defect_keeps(  # type: ignore[no-untyped-def]
+    monkeypatch, world_id: int, site: str
+) -> None:
     """A site `unexplained` on the world's own request stream is run on seven more, and
-    is `stream_noise` only where the policies' mean difference is within the tolerance
-    by its own standard error. With the external-ranking fix undone, world 360's s2
-    gains 6.4 points on the world's own stream and 4.5 on average over eight (5-6.5 on
-    most): it stays `unexplained`. With the fix it is within the tolerance."""
+    is `stream_noise` only where the policies' difference is shown within the tolerance
+    at 95 % (mean plus t standard errors). With the external-ranking fix undone, world
+    360's s2 gains 6.4 points on the world's own stream and 4.5 +- 0.8 on average over
+    eight (5-6.5 on most); 209's s1 moves gridroute's share from 36 to 41 % while the
+    seed's swings so much between streams that the mean difference is +0.9 +- 2.4
+    (review: a margin of one standard error named it noise). Both stay `unexplained`;
+    with the fix both are within the tolerance."""
     from gridroute.core import gridstate
 
-    sc = parse_scenario(world(Random("outside:360"), external=(0.5, 1.2)))
+    sc = parse_scenario(world(Random(f"outside:{world_id}"), external=(0.5, 1.2)))
     (fixed,) = compare(sc, BOTH)
-    (d,) = [d for d in fixed.sites if d.site == "s2"]
+    (d,) = [d for d in fixed.sites if d.site == site]
     assert d.departure is None, fixed.as_dict()
     monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
     (c,) = compare(sc, BOTH)
-    (d,) = [d for d in c.sites if d.site == "s2"]
+    (d,) = [d for d in c.sites if d.site == site]
     assert d.departure == "unexplained" and len(d.streams) == 8, c.as_dict()
-    assert sum(d.streams) / len(d.streams) > 0.04, d.streams
 
 
 def test_past_capacity_does_not_explain_a_run_that_leaves_slots_idle() -> None:
@@ -262,11 +267,9 @@ def test_past_capacity_does_not_explain_a_run_that_leaves_slots_idle() -> None:
         # One gateway, two sites with room: what the small one gained under the two-site
         # rule the large one gave up (with one gateway nothing else named the loss).
         (374, "s2", "two_site_weighted"),
-        # Differences of one request stream that the policies' means over eight do not
-        # keep: 146 s1 +7.5 points on the world's own, -0.7 on average (-8.1 to +7.5);
-        # 433 s3 +8.1, +1.3 on average (-8.4 to +8.1).
+        # A difference of one request stream that the policies' mean over eight does
+        # not keep: +7.5 points on the world's own, -0.7 +- 1.8 on average (-8.1 to +7.5).
         (146, "s1", "stream_noise"),
-        (433, "s3", "stream_noise"),
     ],
 )
 def test_regression_departures_found_by_the_harness_are_named(
@@ -298,8 +301,9 @@ def test_regression_departures_found_by_the_harness_are_named(
         (253, "s1"),
         (326, "s0"),
         (452, "s1"),
-        # with the external-ranking fix undone it reads within the rules
+        # with the external-ranking fix undone these read within the rules
         (343, "s2"),
+        (433, "s3"),  # +1.3 on average over 8 streams, but +- 2.2: not shown within 5
     ],
 )
 def test_open_departures_past_the_harness_worlds(world_id: int, site: str) -> None:

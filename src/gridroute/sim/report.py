@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gridroute.sim.compare import Comparison
+from gridroute.sim.compare import STREAM_NOISE, Comparison, SiteDiff
 from gridroute.sim.engine import RunResult
 from gridroute.sim.scenario import Scenario
 
@@ -170,7 +170,7 @@ def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
                 *(f"{d.shares[p]:.3f}" for p in policies),
                 *(str(d.overshoot[p]) for p in policies),
                 f"{d.delta:+.3f}",
-                d.departure or "-",
+                _why(d),
                 _picks(c.rows[ours].get("picks_by_site", {}).get(d.site, {})),
             )
         t.add_row(
@@ -197,6 +197,16 @@ def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
     return t
 
 
+def _why(d: SiteDiff) -> str:
+    """The departure, and where it was run on more streams, the mean difference over
+    them with its standard error (the evidence `stream_noise` rests on)."""
+    why = d.departure or "-"
+    summary = d.over_streams
+    if summary is not None:
+        why += f" ({len(d.streams)} streams: {summary[0]:+.3f} +- {summary[1]:.3f})"
+    return why
+
+
 PICKS_SHOWN = 3
 """Paths shown per site in the comparison table (the JSON has them all)."""
 
@@ -211,9 +221,15 @@ def _picks(by_path: dict[str, int]) -> str:
 def print_comparison(scenario: Scenario, results: list[Comparison], out: Console) -> None:
     out.print(comparison_table(scenario, results))
     unexplained = sum(len(c.unexplained) for c in results)
+    noise = sum(1 for c in results for d in c.sites if d.departure == STREAM_NOISE)
     out.print(
         f"{unexplained} site difference(s) past the tolerance that no rule explains"
         if unexplained
         else "every difference past the tolerance is explained by a named rule "
         "(docs/selection.md, 'Where gridroute departs from the seed rule')"
+        + (
+            f" or, {noise} of them, shown within it over more request streams (stream_noise)"
+            if noise
+            else ""
+        )
     )
