@@ -50,15 +50,15 @@ independent draws) is named by the rule that explains it where one does (`depart
   given up counted once, none the reference overshot): picks moved toward the lower
   pressure, which is what the seed's pressure rule aims at, read on the load each
   policy left;
-* `stream_noise` (a site no rule names on the scenario's own request stream, where
-  gridroute overshot it no more than the reference): run again by both policies on
-  `CONFIRM_STREAMS` more streams (seeds), gridroute overshot it no more over all of
-  them and the difference of their shares is within the tolerance at 95 % confidence
-  (the mean difference plus t standard errors); a closed loop of few clients beside
-  outside load moves a site's share between streams by more than independent draws
-  would (`_confirm`);
+* `stream_noise` (a site no rule names on the scenario's own request stream): run again
+  by both policies on `CONFIRM_STREAMS` more streams (seeds), gridroute overshot it no
+  more over all of them together and the difference of their shares is within the
+  tolerance at 95 % confidence (the mean difference plus t standard errors); a closed
+  loop of few clients beside outside load moves a site's share (and where it
+  overshoots) between streams by more than independent draws would (`_confirm`);
 * `unexplained`: anything else, and always where gridroute overshot a site more than
-  the reference (what the differential tests look for).
+  the reference (over every stream it was run on; what the differential tests look
+  for).
 
 The same module makes the generated worlds of the differential harness (`world`), so
 the tests, `bench/bench_differential.py` and a user's own scenarios are compared alike.
@@ -181,10 +181,11 @@ def compare(
 def _confirm(
     sc: Scenario, c: Comparison, policies: list[Policy], tolerance: float, streams: int
 ) -> Comparison:
-    """A site that reads `unexplained` on the scenario's own request stream, where
-    gridroute overshot it no more than the reference, is run again by both policies on
-    `streams` more (seeds `seed + 1` ...). It is `stream_noise` where gridroute overshot
-    it no more than the reference over all of them together, and the difference
+    """A site that reads `unexplained` on the scenario's own request stream is run again
+    by both policies on `streams` more (seeds `seed + 1` ...). It is `stream_noise` where
+    gridroute overshot it no more than the reference over all of them together (the
+    scenario's own included: one stream's overshoot count is as noisy as its shares;
+    world 233's s5, 5 against 0 on its own stream, 23 against 423 over 8), and the difference
     between their shares is shown within the tolerance at 95 % one-sided confidence:
     the mean of the per-stream differences plus `T95` standard errors (their spread
     over the root of their number) is at most the tolerance, and so is the mean less
@@ -203,9 +204,7 @@ def _confirm(
     difference +0.9 points, but its standard error of 2.4 leaves it `unexplained`:
     0.9 + 1.9 x 2.4 = 5.5)."""
     ours, ref = _sides(policies)
-    suspects = [
-        d for d in c.sites if d.departure == UNEXPLAINED and d.overshoot[ours] <= d.overshoot[ref]
-    ]
+    suspects = [d for d in c.sites if d.departure == UNEXPLAINED]
     if not suspects or streams <= 0:
         return c
     deltas: dict[str, list[float]] = {d.site: [d.delta] for d in suspects}
