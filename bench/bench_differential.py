@@ -12,8 +12,8 @@ figures do not depend on it):
 * outside: 50-120 % of each site's slots held from outside; prints how many site shares
   differ by more than 5 points (beyond the seed's own sampling noise) and which named
   rule explains each, and any that no rule explains (each such site is run on 7 more
-  request streams first: `stream_noise` where the mean difference is within 5 points
-  by its standard error).
+  request streams first: `stream_noise` where gridroute overshot it no more over all
+  of them and the mean difference plus t standard errors is within 5 points).
 
 World `i` is the same world whatever the range it is drawn in, so `--first 120
 --worlds 120` runs the next 120 past the default ones. Past capacity it also prints the

@@ -203,7 +203,7 @@ def _confirm(
     world 209's s1 moves gridroute's share from 36 to 41 % over 8 streams, the mean
     difference +0.9 points, but its standard error of 2.4 leaves it `unexplained`:
     0.9 + 1.9 x 2.4 = 5.5)."""
-    ours, ref = _sides(policies)
+    ours, ref = sides([p.value for p in policies])
     suspects = [d for d in c.sites if d.departure == UNEXPLAINED]
     if not suspects or streams <= 0:
         return c
@@ -214,9 +214,9 @@ def _confirm(
         rows: dict[str, dict[str, Any]] = {
             p.value: SimRun(alt, p, c.clients).run().row for p in policies if p.value in (ours, ref)
         }
+        mine, theirs = rows[ours]["shares"], rows[ref]["shares"]
         for d in suspects:
-            mine, theirs = rows[ours], rows[ref]
-            deltas[d.site].append(float(mine["shares"][d.site]) - float(theirs["shares"][d.site]))
+            deltas[d.site].append(float(mine[d.site]) - float(theirs[d.site]))
             for p in (ours, ref):
                 over[d.site][p] += int(rows[p].get("overshoot_by_site", {}).get(d.site, 0))
     out = []
@@ -245,10 +245,11 @@ def _t95(df: int) -> float:
     return T95[min(max(df, 1), len(T95)) - 1]
 
 
-def _sides(policies: list[Policy]) -> tuple[str, str]:
-    """(gridroute's, the reference's) policy names among `policies`."""
-    ours = Policy.GRIDROUTE.value if Policy.GRIDROUTE in policies else policies[0].value
-    ref = next((p.value for p in policies if p.value != ours), ours)
+def sides(names: list[str]) -> tuple[str, str]:
+    """(gridroute's, the reference's) among policy `names`: gridroute where it runs, else
+    the first; the reference the first other (the report's columns read the same)."""
+    ours = Policy.GRIDROUTE.value if Policy.GRIDROUTE.value in names else names[0]
+    ref = next((p for p in names if p != ours), ours)
     return ours, ref
 
 
@@ -260,7 +261,7 @@ def _compare(
     tolerance: float,
 ) -> Comparison:
     rows = {p: r.row for p, r in results.items()}
-    ours, ref = _sides(policies)
+    ours, ref = sides([p.value for p in policies])
     several = len(sc.gateway_shares) > 1
     # The reference's goodput fell behind (its requests queued behind load it could not
     # move): the completed requests' shares follow those queues everywhere.

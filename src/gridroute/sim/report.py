@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gridroute.sim.compare import STREAM_NOISE, Comparison, SiteDiff
+from gridroute.sim.compare import STREAM_NOISE, Comparison, SiteDiff, sides
 from gridroute.sim.engine import RunResult
 from gridroute.sim.scenario import Scenario
 
@@ -160,7 +160,7 @@ def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
         t.add_column(f"{p} overshoot", justify="right")
     t.add_column("difference", justify="right")
     t.add_column("why")
-    ours = "gridroute" if "gridroute" in policies else (policies[0] if policies else "")
+    ours = sides(policies)[0] if policies else ""
     t.add_column(f"{ours} picks (path)")
     for c in results:
         for d in c.sites:
@@ -212,9 +212,10 @@ PICKS_SHOWN = 3
 
 
 def _picks(by_path: dict[str, int]) -> str:
-    """The most used paths of a site's picks, most first: which arm of the pick sent a
-    share there (a tier of one site is `single`, a pair's lower rho `pressure_p2c`)."""
-    top = sorted(by_path.items(), key=lambda kv: (-kv[1], kv[0]))[:PICKS_SHOWN]
+    """The most used paths of a site's picks (the row lists them most first): which arm
+    of the pick sent a share there (a tier of one site is `single`, a pair's lower rho
+    `pressure_p2c`)."""
+    top = list(by_path.items())[:PICKS_SHOWN]
     return ", ".join(f"{path} {n}" for path, n in top) or "-"
 
 

@@ -142,7 +142,7 @@ class Tally:
 
     def picked(self, t: float, site: str, path: str) -> None:
         """An attempt sent to `site` at `t`, chosen by the pick's `path`."""
-        if self.start_s <= t <= self.end_s + 1e-9:
+        if self.counts(t):
             by_path = self.picks.setdefault(site, {})
             by_path[path] = by_path.get(path, 0) + 1
 
