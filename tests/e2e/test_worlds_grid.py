@@ -110,6 +110,10 @@ class Grid:
         body = http("GET", self.gateway.url + "/grid/status")[1]
         return {s["site"]: s for s in body["sites"]}
 
+    def external(self) -> float:
+        """In-flight the gateway reads as outside load (no gateway reported sending it)."""
+        return float(http("GET", self.gateway.url + "/grid/status")[1]["external_in_flight"])
+
     def live(self) -> dict[str, object]:
         return {site: s["live"] for site, s in self.status().items()}
 
@@ -244,8 +248,7 @@ def test_a_site_nearly_full_from_outside_draws_nothing_while_two_sites_are_free(
     # Held still for a freshness window (1.5 s here), the difference is outside load: the
     # workers learn it in seconds (smoothed alone, tau 10 s, they read 7 of 44 two
     # seconds in and sent a 4 % of the requests).
-    external = lambda: http("GET", g.gateway.url + "/grid/status")[1]["external_in_flight"]  # noqa: E731
-    wait_for(lambda: external() >= 40, timeout=6)
+    wait_for(lambda: g.external() >= 40, timeout=6)
     seen, errors = asyncio.run(_load(g.gateway.url, 32, 12))
     assert errors == 0
     assert sum(seen.values()) == 384
@@ -270,8 +273,7 @@ def test_a_small_nearly_full_site_beside_a_large_idle_one_keeps_the_two_site_sha
     g = large_and_small
     g.admin("b", "external", {"in_flight": 6})  # 2 of b's 8 slots left
     wait_for(lambda: (g.status()["b"]["rho_reported"] or 0) >= 0.7, timeout=10)
-    external = lambda: http("GET", g.gateway.url + "/grid/status")[1]["external_in_flight"]  # noqa: E731
-    wait_for(lambda: external() >= 5, timeout=6)
+    wait_for(lambda: g.external() >= 5, timeout=6)
     # Each request its own conversation: one prompt for all would be kept on the site
     # that served it first by prefix affinity, which narrows within the tier with room
     # (the reference's default; its balance check starts at a mean rho of 0.5).
