@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from random import Random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridroute.core import Decision, OwnLoad, Path, Policy, Snapshot, decide
+from gridroute.core import Decision, OwnLoad, Path, Policy, Snapshot, decide, view
 
 from .seed_worlds import MODEL, NOW, World, WorldSite, shares, snapshot, worlds
 
@@ -150,7 +151,35 @@ def test_regression_a_site_full_from_outside_ranks_full_at_every_gateway() -> No
     assert got["a"] == 0
     assert got["c"] + got["d"] == N
     a = next(v for v in snap.views if v.site == "a")
-    assert a.external == 90 and a.pick_rho(1) == (1 + 0.25 * 3 + 90) / 100
+    # 90 % of its ceiling held from outside: the other gateways' 3 weigh 0.25 + 0.75 x
+    # 0.8 (OUTSIDE_RANKED_WHOLE_FROM = 0.5), not their share alone.
+    assert a.external == 90 and a.pick_rho(1) == pytest.approx((1 + 0.85 * 3 + 90) / 100)
+
+
+def test_regression_other_gateways_load_ranks_nearer_whole_at_a_site_mostly_held_from_outside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Shrunk from the harness's world 253 (5 gateways): a site 93 % held from outside,
+    where the gateways hold 6 of the 11 slots left, beside one 95 % held and one with
+    room. Ranked at this gateway's share (0.21), the others' 5 there read as 1 and the
+    site as emptier than the 95 % one (0.940 against 0.951), so it won every pair drawn
+    without the site with room: 52 % of the picks, where the seed's pressure draw gives
+    it none. Ranked nearer whole where outside load holds most of the ceiling (0.963),
+    it loses those pairs as under the seed, and the picks are the seed's."""
+    world = World(
+        (
+            WorldSite("s0", 122, 116, (0, 0, 0, 0, 0)),
+            WorldSite("s1", 150, 139, (1, 1, 1, 2, 1)),
+            WorldSite("s2", 70, 42, (3, 3, 3, 3, 1)),
+        )
+    )
+    snap, own = snapshot(world)
+    seed = shares(snap, own, Policy.SATURATION, N, 1)
+    assert seed["s1"] == 0
+    assert shares(snap, own, Policy.GRIDROUTE, N, 1) == seed
+    monkeypatch.setattr(view, "OUTSIDE_RANKED_WHOLE_FROM", 0.9999)  # at the share alone
+    snap, own = snapshot(world)
+    assert shares(snap, own, Policy.GRIDROUTE, N, 1)["s1"] > N // 5
 
 
 def test_regression_two_equal_sites_split_evenly_over_a_stream() -> None:
