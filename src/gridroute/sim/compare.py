@@ -42,6 +42,15 @@ independent draws) is named by the rule that explains it where one does (`depart
   there, plus the tolerance; and the other site's loss of the same points, where
   gridroute overshot it no more than the reference (with one gateway nothing else names
   it);
+* `seed_pairs` (three or more sites with slots free of outside load, under capacity,
+  the reference overshot a site more than gridroute did and then read it out of its
+  tier): the power of two choices at gridroute's own loads (capacity-weighted pairs,
+  each won by its emptier site, sites within the noise of each other either way) gives
+  every site with room the share gridroute gave it, within the tolerance (`_pair_range`);
+  then a site that gained, which the reference overshot and gridroute did not, and the
+  sites that gave up those points (overshot by gridroute no more than by the
+  reference) are named. Never where any site with room is outside its range: a ranking
+  that misreads one site leaves gridroute's loads other than the pair draw's;
 * `counted_load` also covers a gain that the sites more held from outside gave up
   together (each within the tolerance): picks moved toward less outside load; and,
   under capacity, a gain that sites gave up together which the reference left at a
@@ -86,6 +95,7 @@ KNOCK_ON = "knock_on"
 COUNTED_LOAD = "counted_load"
 PAST_CAPACITY = "past_capacity"
 TWO_SITE_WEIGHTED = "two_site_weighted"
+SEED_PAIRS = "seed_pairs"
 STREAM_NOISE = "stream_noise"
 UNEXPLAINED = "unexplained"
 
@@ -360,6 +370,8 @@ def _compare(
             for d in diffs
         ]
     diffs = _two_site_mirror(room, diffs, ours, ref, tolerance)
+    if clients <= _free_total(sc) and len(room) >= 3:
+        diffs = _seed_pairs(sc, room, diffs, rows, ours, ref, clients, tolerance)
     # gridroute ranks on counted load (its own requests now), the seed on a poll-old
     # smoothed rho: moving picks from a site more held from outside to one less held,
     # with no overshoot there, is the pressure rule read on fresher load.
@@ -420,6 +432,118 @@ def _two_site_mirror(
             d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, TWO_SITE_WEIGHTED)
         out.append(d)
     return out
+
+
+def _seed_pairs(
+    sc: Scenario,
+    room: list[str],
+    diffs: list[SiteDiff],
+    rows: dict[str, dict[str, Any]],
+    ours: str,
+    ref: str,
+    clients: int,
+    tolerance: float,
+) -> list[SiteDiff]:
+    """Three or more sites with room, under capacity: the reference overshot a site and
+    its reading then held the site out of its tier, while gridroute, with no overshoot
+    there, kept it in and gave it what the seed's own pair draw gives it at gridroute's
+    loads (`_pair_range`). The sites that gave those points up, each within that range
+    too and overshot by gridroute no more than by the reference, are the same departure.
+    Only where every site with room is within its range: a share outside it, at
+    gridroute's own loads, is a ranking that read a site emptier or fuller than it was
+    (with the external-ranking fix undone, world 360's s0 takes 19 % where its range is
+    none, and its s2's gain, within its own range, stays `unexplained`)."""
+    over_ref = {
+        d.site
+        for d in diffs
+        if d.overshoot[ref] > d.overshoot[ours]
+        or (
+            int(rows[ref].get("warmup_overshoot_by_site", {}).get(d.site, 0)) > 0
+            and float(rows[ref].get("read_full_s_by_site", {}).get(d.site, 0.0)) > 0.0
+        )
+    }
+    if not over_ref:
+        return diffs
+    row = rows[ours]
+    ranges = {name: _pair_range(sc, room, name, row, clients) for name in room}
+
+    def within(d: SiteDiff) -> bool:
+        lo, hi = ranges[d.site]
+        share = d.shares[ours]
+        return lo - tolerance <= share <= hi + tolerance
+
+    # gridroute's loads must be the pair rule's at every site with room, not only at
+    # the sites named: a ranking that reads one site emptier than it is leaves that
+    # site outside its range, and the others' shares within theirs prove nothing.
+    if not all(within(d) for d in diffs if d.site in room):
+        return diffs
+
+    gains = [
+        d
+        for d in diffs
+        if d.departure == UNEXPLAINED
+        and d.delta > 0
+        and d.site in over_ref
+        and d.site in room
+        and d.overshoot[ours] == 0
+        and within(d)
+    ]
+    pool = sum(d.delta for d in gains)
+    named = {d.site for d in gains}
+    out = []
+    for d in diffs:
+        if (
+            d.departure == UNEXPLAINED
+            and d.delta < 0
+            and d.site in room
+            and d.overshoot[ours] <= d.overshoot[ref]
+            and within(d)
+            and pool >= -d.delta - tolerance
+        ):
+            pool += d.delta
+            named.add(d.site)
+        if d.site in named:
+            d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, SEED_PAIRS)
+        out.append(d)
+    return out
+
+
+def _pair_range(
+    sc: Scenario, room: list[str], site: str, row: dict[str, Any], clients: int
+) -> tuple[float, float]:
+    """The share of requests the seed's power of two choices over `room` gives `site` at
+    the pressures gridroute's shares leave (`_pressure`), with capacity-weighted draws
+    as the plan weighs them (`explore_floor`): at least the chance of a pair with a site
+    fuller than it beyond the noise of either share, at most the chance of a pair with a
+    site not emptier than it beyond that noise. Two sites within the noise of each
+    other may each win their pair."""
+    specs = [_site(sc, name) for name in room]
+    top = max(s.slots for s in specs)
+    floor = AvailabilitySettings().explore_floor * top
+    weight = {s.name: max(s.slots, floor) for s in specs}
+    total = sum(weight.values())
+    requests = int(row["requests"])
+
+    def load(name: str) -> tuple[float, float]:
+        share = float(row["shares"][name])
+        return _pressure(sc, name, share, clients), _pressure_noise(
+            sc, name, share, requests, clients
+        )
+
+    mine, noise = load(site)
+    lo = hi = 0.0
+    for other in room:
+        if other == site:
+            continue
+        wk, wj = weight[site], weight[other]
+        pair = wk / total * wj / (total - wk) + wj / total * wk / (total - wj)
+        theirs, their_noise = load(other)
+        margin = noise + their_noise
+        if theirs > mine + margin:
+            lo += pair
+        if theirs >= mine - margin:
+            hi += pair
+    return lo, hi
 
 
 def _fullest(
