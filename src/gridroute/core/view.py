@@ -17,15 +17,16 @@ gateways hold there nearer to whole: the weight on it rises linearly from the ga
 share at this fraction to 1 at a ceiling held wholly from outside (`SiteView.ranked_others`).
 
 Why. Ranking other gateways' poll-old load at this gateway's share keeps gateways from
-herding onto one site (ranked whole everywhere: 313-1,002 overshoot at 256 clients in the
-4-, 8- and 16-gateway scenarios, against 0), but it reads a site a few points emptier
-than it is wherever other gateways hold much of its room. At a site mostly held from
-outside that little room is all there is, and those few points were enough for it to
-win the pairs drawn without the emptiest site: a site 93 % held from outside took 33 %
-of the requests where the seed rule gives it 14 % (issue 23, world 253). Only the sites
-most of whose ceiling outside load holds are ranked nearer whole, so where the gateways'
-own load fills the sites (the scenarios above) nothing changes; a ramp, not a step, so a
-site whose estimated outside load wavers about the fraction does not flip in rank."""
+herding onto one site (ranked whole wherever the budgets do not follow demand: 313-1,002
+overshoot at 256 clients in the 4-, 8- and 16-gateway scenarios, against 0), but it
+reads a site a few points emptier than it is wherever other gateways hold much of its
+room. At a site mostly held from outside that little room is all there is, and those
+few points were enough for it to win the pairs drawn without the emptiest site: a site
+93 % held from outside took 33 % of the requests where the seed rule gives it 14 %
+(issue 23, world 253; 28 % ranked so). Only sites most of whose ceiling outside load
+holds are ranked nearer whole, so where the gateways' own load fills the sites (the
+scenarios above) nothing changes; a ramp, not a step, so that a site whose estimated
+outside load wavers about the fraction does not flip in rank."""
 
 
 @dataclass(frozen=True, slots=True)
