@@ -331,8 +331,9 @@ def decide(
                 continue  # no in-flight reading: no room and no rho (unknown, never zero)
             mine = counts.get(v.key, 0) if accounting else v.own_at_sample
             # Rank by this gateway's own load plus only its share of other gateways' (a
-            # poll old: ranking on all of it makes gateways herd together) and all of the
-            # external load. (Inlined SiteView.pick_rho: this loop is the request path.)
+            # poll old: ranking on all of it makes gateways herd together; more of it at
+            # a site mostly held from outside) and all of the external load. (Inlined
+            # SiteView.pick_rho: this loop is the request path.)
             ceiling = v.room_ceiling
             rhos[i] = (mine + v.ranked_others) / ceiling
             site_room = v.base + mine + 1 <= ceiling

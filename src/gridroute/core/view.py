@@ -95,9 +95,11 @@ class SiteView:
         object.__setattr__(self, "key", self.candidate.key)
         external = min(max(self.external, 0.0), self.base)
         weight = self.share
-        if self.room_ceiling > 0.0:
-            held = external / self.room_ceiling
-            lo = OUTSIDE_RANKED_WHOLE_FROM
+        lo = OUTSIDE_RANKED_WHOLE_FROM
+        if self.ceiling > 0.0 and lo < 1.0:
+            # Held of the ceiling, not of the KV-bounded room: the gateways' own
+            # KV-heavy requests lowering the room are not outside load.
+            held = external / self.ceiling
             ramp = min(max((held - lo) / (1.0 - lo), 0.0), 1.0)
             weight += (1.0 - weight) * ramp
         ranked = weight * (self.base - external) + external
@@ -112,7 +114,8 @@ class SiteView:
 
     def pick_rho(self, mine: int) -> float:
         """What gridroute's picks compare: this gateway's own in-flight plus only its share
-        of what other gateways sent (a poll old) and all external load, over the
+        of what other gateways sent (a poll old; more of it at a site mostly held from
+        outside, `OUTSIDE_RANKED_WHOLE_FROM`) and all external load, over the
         (KV-bounded) ceiling."""
         return (mine + self.ranked_others) / self.room_ceiling
 
