@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from gridroute.core import Policy
 from gridroute.sim.compare import compare, world
 from gridroute.sim.engine import SimRun
-from gridroute.sim.scenario import parse_scenario
+from gridroute.sim.scenario import Scenario, parse_scenario
 
 BOTH = [Policy.GRIDROUTE, Policy.SATURATION]
 SHORT = {"duration_s": 10.0, "max_clients": 160}
@@ -323,6 +323,19 @@ def test_regression_departures_found_by_the_harness_are_named(
     assert not c.unexplained, c.as_dict()
 
 
+def _held_sites(sites: list[tuple[str, int, int]], clients: int) -> Scenario:
+    """A scenario of (name, slots, in-flight held from outside) sites."""
+    return parse_scenario(
+        {
+            "sites": [
+                {"name": n, "slots": slots, "external": {"in_flight": held}}
+                for n, slots, held in sites
+            ],
+            "clients": [clients],
+        }
+    )
+
+
 def test_seed_pairs_reads_the_seeds_pair_draw_at_gridroutes_loads() -> None:
     """`_pair_groups`: three sites of equal slots (each pair drawn a third of the time).
     The emptiest wins both its pairs (2/3); two within the noise of each other are one
@@ -330,16 +343,7 @@ def test_seed_pairs_reads_the_seeds_pair_draw_at_gridroutes_loads() -> None:
     both others wins none."""
     from gridroute.sim.compare import _pair_groups
 
-    sc = parse_scenario(
-        {
-            "sites": [
-                {"name": "a", "slots": 100, "external": {"in_flight": 50}},
-                {"name": "b", "slots": 100, "external": {"in_flight": 80}},
-                {"name": "c", "slots": 100, "external": {"in_flight": 80}},
-            ],
-            "clients": [30],
-        }
-    )
+    sc = _held_sites([("a", 100, 50), ("b", 100, 80), ("c", 100, 80)], 30)
     room = ["a", "b", "c"]
     # pressures: a 0.65, b and c 0.875 each
     row = {"requests": 100_000, "shares": {"a": 0.5, "b": 0.25, "c": 0.25}}
@@ -361,17 +365,7 @@ def test_seed_pairs_weighs_the_draw_as_the_plan_does() -> None:
     the 400-slot site full from outside lifts the 20-slot one to 100."""
     from gridroute.sim.compare import _pair_groups
 
-    sc = parse_scenario(
-        {
-            "sites": [
-                {"name": "a", "slots": 200, "external": {"in_flight": 100}},
-                {"name": "b", "slots": 100, "external": {"in_flight": 60}},
-                {"name": "c", "slots": 20, "external": {"in_flight": 10}},
-                {"name": "d", "slots": 400, "external": {"in_flight": 400}},
-            ],
-            "clients": [10],
-        }
-    )
+    sc = _held_sites([("a", 200, 100), ("b", 100, 60), ("c", 20, 10), ("d", 400, 400)], 10)
     room = ["a", "b", "c"]
     # pressures: a 0.5, c 0.55, b 0.6 (a million requests: no noise to group them)
     row = {"requests": 1_000_000, "shares": {"a": 0.0, "b": 0.0, "c": 0.1}}
