@@ -247,8 +247,11 @@ def test_a_site_nearly_full_from_outside_draws_nothing_while_two_sites_are_free(
     wait_for(lambda: (g.status()["b"]["rho_reported"] or 0) >= 1.0, timeout=10)
     # Held still for a freshness window (1.5 s here), the difference is outside load: the
     # workers learn it in seconds (smoothed alone, tau 10 s, they read 7 of 44 two
-    # seconds in and sent a 4 % of the requests).
-    wait_for(lambda: g.external() >= 40, timeout=6)
+    # seconds in and sent a 4 % of the requests). Read several times: each read is
+    # answered by whichever worker accepts it, and every worker must have learned it
+    # (once, in a full suite run with one read, the site drew 24 of 384; not reproduced
+    # in 16 runs alone or beside busy processes, so the cause is not shown).
+    wait_for(lambda: min(g.external() for _ in range(8)) >= 40, timeout=6)
     seen, errors = asyncio.run(_load(g.gateway.url, 32, 12))
     assert errors == 0
     assert sum(seen.values()) == 384
