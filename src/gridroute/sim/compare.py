@@ -287,10 +287,7 @@ def _compare(
         # then read it at rho 1 or more in the span (its rho, smoothed over that and
         # the worst of its lookback, stayed there: world 400); an overshoot in the
         # warm-up that the reference's reading got over does not count (world 7 s2).
-        ref_over = over[ref] > 0 or (
-            int(rows[ref].get("warmup_overshoot_by_site", {}).get(name, 0)) > 0
-            and float(rows[ref].get("read_full_s_by_site", {}).get(name, 0.0)) > 0.0
-        )
+        ref_over = over[ref] > 0 or _read_full_after_warmup(rows[ref], name)
         delta = shares[ours] - shares[ref]
         departure = None
         if abs(delta) > tolerance + _noise(shares[ref], rows[ref]["requests"]):
@@ -463,11 +460,7 @@ def _seed_pairs(
     over_ref = {
         d.site
         for d in diffs
-        if d.overshoot[ref] > d.overshoot[ours]
-        or (
-            int(rows[ref].get("warmup_overshoot_by_site", {}).get(d.site, 0)) > 0
-            and float(rows[ref].get("read_full_s_by_site", {}).get(d.site, 0.0)) > 0.0
-        )
+        if d.overshoot[ref] > d.overshoot[ours] or _read_full_after_warmup(rows[ref], d.site)
     }
     if not over_ref:
         return diffs
@@ -503,6 +496,16 @@ def _seed_pairs(
             d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, SEED_PAIRS)
         out.append(d)
     return out
+
+
+def _read_full_after_warmup(row: dict[str, Any], site: str) -> bool:
+    """Whether the run overshot `site` in the warm-up and still read it at rho 1 or more
+    in the measured span (its rho, smoothed over that overshoot and the worst of its
+    lookback, stayed there: world 400)."""
+    return (
+        int(row.get("warmup_overshoot_by_site", {}).get(site, 0)) > 0
+        and float(row.get("read_full_s_by_site", {}).get(site, 0.0)) > 0.0
+    )
 
 
 def _pair_groups(
