@@ -19,12 +19,24 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gridroute.core import Policy
-from gridroute.sim.compare import compare, world
+from gridroute.sim.compare import Comparison, SiteDiff, compare, world
 from gridroute.sim.engine import SimRun
 from gridroute.sim.scenario import Scenario, parse_scenario
 
 BOTH = [Policy.GRIDROUTE, Policy.SATURATION]
 SHORT = {"duration_s": 10.0, "max_clients": 160}
+
+
+def _outside(world_id: int) -> Scenario:
+    """The harness's outside-load world `world_id` (`bench/bench_differential.py`)."""
+    return parse_scenario(world(Random(f"outside:{world_id}"), external=(0.5, 1.2)))
+
+
+def _judged(sc: Scenario, site: str) -> tuple[Comparison, SiteDiff]:
+    """`sc` under both policies on the same stream, and how `site`'s difference reads."""
+    (c,) = compare(sc, BOTH)
+    (d,) = [d for d in c.sites if d.site == site]
+    return c, d
 
 
 @settings(max_examples=8, deadline=None, derandomize=True)
@@ -177,13 +189,11 @@ def test_a_collapsed_seed_does_not_explain_a_site_left_the_fullest(monkeypatch) 
     tolerance."""
     from gridroute.core import gridstate
 
-    sc = parse_scenario(world(Random("outside:96"), external=(0.5, 1.2)))
-    (fixed,) = compare(sc, BOTH)
-    (d,) = [d for d in fixed.sites if d.site == "s0"]
+    sc = _outside(96)
+    fixed, d = _judged(sc, "s0")
     assert d.departure is None, fixed.as_dict()
     monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
-    (c,) = compare(sc, BOTH)
-    (d,) = [d for d in c.sites if d.site == "s0"]
+    c, d = _judged(sc, "s0")
     assert d.departure == "unexplained", c.as_dict()
 
 
@@ -198,9 +208,8 @@ def test_seed_pairs_does_not_name_a_site_whose_group_is_every_site(  # type: ign
     from gridroute.core import gridstate
 
     monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
-    sc = parse_scenario(world(Random("outside:63"), external=(0.5, 1.2)))
-    (c,) = compare(sc, BOTH)
-    (d,) = [d for d in c.sites if d.site == "s0"]
+    sc = _outside(63)
+    c, d = _judged(sc, "s0")
     assert d.departure == "unexplained", c.as_dict()
 
 
@@ -218,13 +227,11 @@ def test_other_streams_do_not_explain_away_a_difference_the_defect_keeps(  # typ
     with the fix both are within the tolerance."""
     from gridroute.core import gridstate
 
-    sc = parse_scenario(world(Random(f"outside:{world_id}"), external=(0.5, 1.2)))
-    (fixed,) = compare(sc, BOTH)
-    (d,) = [d for d in fixed.sites if d.site == site]
+    sc = _outside(world_id)
+    fixed, d = _judged(sc, site)
     assert d.departure is None, fixed.as_dict()
     monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
-    (c,) = compare(sc, BOTH)
-    (d,) = [d for d in c.sites if d.site == site]
+    c, d = _judged(sc, site)
     assert d.departure == "unexplained" and len(d.streams) == 8, c.as_dict()
 
 
@@ -237,12 +244,10 @@ def test_past_capacity_does_not_explain_a_run_that_leaves_slots_idle() -> None:
     site full (240, bound 842) named s5 `past_capacity`."""
     spec = world(Random("outside:5"), external=(0.5, 1.2))
     spec["availability"] = {"local_accounting": False}
-    (c,) = compare(parse_scenario(spec), BOTH)
-    (d,) = [d for d in c.sites if d.site == "s5"]
+    c, d = _judged(parse_scenario(spec), "s5")
     assert d.departure == "unexplained", c.as_dict()
     spec.pop("availability")
-    (c,) = compare(parse_scenario(spec), BOTH)
-    (d,) = [d for d in c.sites if d.site == "s5"]
+    c, d = _judged(parse_scenario(spec), "s5")
     assert d.departure == "past_capacity", c.as_dict()
 
 
@@ -316,9 +321,8 @@ def test_regression_departures_found_by_the_harness_are_named(
     """Site differences `bench/bench_differential.py` left unexplained until a rule named
     them (docs/selection.md, "Where gridroute departs from the seed rule"), or until a
     fix brought them within the tolerance (None)."""
-    sc = parse_scenario(world(Random(f"outside:{world_id}"), external=(0.5, 1.2)))
-    (c,) = compare(sc, BOTH)
-    (d,) = [d for d in c.sites if d.site == site]
+    sc = _outside(world_id)
+    c, d = _judged(sc, site)
     assert d.departure == rule, c.as_dict()
     assert not c.unexplained, c.as_dict()
 
@@ -396,9 +400,8 @@ def test_stream_noise_names_a_difference_of_one_request_stream(  # type: ignore[
     from gridroute.core import view
 
     monkeypatch.setattr(view, "OUTSIDE_RANKED_WHOLE_FROM", 0.9999)
-    sc = parse_scenario(world(Random(f"outside:{world_id}"), external=(0.5, 1.2)))
-    (c,) = compare(sc, BOTH)
-    (d,) = [d for d in c.sites if d.site == site]
+    sc = _outside(world_id)
+    c, d = _judged(sc, site)
     assert d.departure == "stream_noise" and len(d.streams) == 8, c.as_dict()
 
 
@@ -423,9 +426,8 @@ def test_open_departures_past_the_harness_worlds(world_id: int, site: str) -> No
     still differs from the seed's with no rule naming why. Each is expected to fail
     until the policy (or a rule the docs can defend) explains it; a pass fails the
     suite, so the fix is seen and the entry moves to the named regressions above."""
-    sc = parse_scenario(world(Random(f"outside:{world_id}"), external=(0.5, 1.2)))
-    (c,) = compare(sc, BOTH)
-    (d,) = [d for d in c.sites if d.site == site]
+    sc = _outside(world_id)
+    c, d = _judged(sc, site)
     assert d.departure != "unexplained", c.as_dict()
 
 
