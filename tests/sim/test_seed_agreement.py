@@ -279,6 +279,16 @@ def test_past_capacity_does_not_explain_a_run_that_leaves_slots_idle() -> None:
         # Past 120 worlds: one gateway equalising pressure on counted load, where the
         # seed left the sites it took from fuller (0.708 against 0.689).
         (184, "s1", "counted_load"),
+        # Past 480 worlds, one gateway: the seed left one site fuller than the rest
+        # (518 s4 at 0.865 beside s2 at 0.743, its scrape failing; 530 s3; 596 s4),
+        # gridroute levelled them on counted load. The gain was named; now the loss too.
+        (518, "s4", "counted_load"),
+        (530, "s3", "counted_load"),
+        (596, "s4", "counted_load"),
+        # Two sites with room, 6 gateways, 10 clients: the small site's 3 free slots are
+        # under one slot of every gateway's part, so the floors leave it unused and the
+        # other site takes all (the seed sent the small one 18 % and overshot it 8 times).
+        (629, "s1", "knock_on"),
         # Two sites with room: the seed read the smaller one out of its tier (2.2 % of
         # its requests, its own two-site share there 19 %) while its scrape failed.
         (132, "s0", "two_site_weighted"),
@@ -385,6 +395,58 @@ def test_seed_pairs_weighs_the_draw_as_the_plan_does() -> None:
         ("c",): pytest.approx(pair("c", "b")),
         ("b",): pytest.approx(0.0),
     }
+
+
+@pytest.mark.parametrize(("taker_held", "departure"), [(50, "counted_load"), (75, "unexplained")])
+def test_a_loss_is_counted_load_only_where_its_taker_is_left_no_fuller(
+    taker_held: int, departure: str
+) -> None:
+    """`_moved_to_lower`: one gateway moved 30 points from `l` (80 of 100 slots held
+    from outside) to `t`, whose gain reads `counted_load`. The loss is the same rule
+    where gridroute leaves `t` no fuller than `l` (0.64 against 0.86: picks moved toward
+    the lower pressure). Where `t` is left fuller (0.89), a ranking read it emptier than
+    it was, and the loss stays `unexplained`."""
+    from gridroute.sim.compare import _moved_to_lower
+
+    sc = _held_sites([("l", 100, 80), ("t", 100, taker_held)], 20)
+    rows = {p: {"requests": 100_000} for p in ("gridroute", "saturation")}
+    diffs = [
+        SiteDiff("l", {"gridroute": 0.3, "saturation": 0.6}, _NO_OVER, -0.3, "unexplained"),
+        SiteDiff("t", {"gridroute": 0.7, "saturation": 0.4}, _NO_OVER, 0.3, "counted_load"),
+    ]
+    got = _moved_to_lower(sc, diffs, "gridroute", "saturation", 20, rows)
+    assert [d.departure for d in got] == [departure, "counted_load"]
+
+
+_NO_OVER = {"gridroute": 0, "saturation": 0}
+
+
+@pytest.mark.parametrize(("gateways", "departure"), [(4, "knock_on"), (2, "unexplained")])
+def test_a_gain_beside_a_site_the_floors_leave_unused_is_knock_on(
+    gateways: int, departure: str
+) -> None:
+    """`_floored_other`: two sites with room; `s` has 3 free slots, and gridroute sent
+    it nothing (the seed overshot it). With 4 equal gateways each one's part of those
+    slots is 0.75, floored to none while `b` has room, so `b`'s gain is the knock-on of
+    that loss. With 2, each part is 1.5 slots: a whole budget there that gridroute left
+    unused is not the floors', and the gain stays `unexplained`."""
+    from gridroute.sim.compare import _floored_other
+
+    spec = {
+        "sites": [
+            {"name": "s", "slots": 7, "external": {"in_flight": 4}},
+            {"name": "b", "slots": 100, "external": {"in_flight": 70}},
+        ],
+        "clients": [10],
+        "gateways": gateways,
+    }
+    sc = parse_scenario(spec)
+    diffs = [
+        SiteDiff("s", {"gridroute": 0.0, "saturation": 0.2}, _NO_OVER, -0.2, "seed_overshoots"),
+        SiteDiff("b", {"gridroute": 1.0, "saturation": 0.8}, _NO_OVER, 0.2, "unexplained"),
+    ]
+    got = _floored_other(sc, ["s", "b"], diffs, "gridroute", 10, 0.05)
+    assert [d.departure for d in got] == ["seed_overshoots", departure]
 
 
 @pytest.mark.parametrize(("world_id", "site"), [(146, "s1"), (233, "s5")])
