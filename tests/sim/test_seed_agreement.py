@@ -418,6 +418,28 @@ def test_a_loss_is_counted_load_only_where_its_taker_is_left_no_fuller(
     assert [d.departure for d in got] == [departure, "counted_load"]
 
 
+@pytest.mark.parametrize(("other_held", "departure"), [(70, "counted_load"), (85, "unexplained")])
+def test_a_loss_is_counted_load_only_where_no_site_gridroute_uses_is_left_fuller(
+    other_held: int, departure: str
+) -> None:
+    """`_moved_to_lower`: as above (`l` left at 0.86, `t` at 0.64), with a third site
+    `o` that gridroute sent 10 % to, as the seed did (no difference to judge there). A
+    ranking that read `o` emptier than it was leaves it at 0.87, fuller than `l`; then
+    `l`'s loss is not the pressure rule's and stays `unexplained` (review: world 545
+    with other load ranked at 0.6 of it). At 0.72 it is the loss side of `t`'s gain."""
+    from gridroute.sim.compare import _moved_to_lower
+
+    sc = _held_sites([("l", 100, 80), ("t", 100, 50), ("o", 100, other_held)], 20)
+    rows = {p: {"requests": 100_000} for p in ("gridroute", "saturation")}
+    diffs = [
+        SiteDiff("l", {"gridroute": 0.3, "saturation": 0.6}, _NO_OVER, -0.3, "unexplained"),
+        SiteDiff("t", {"gridroute": 0.6, "saturation": 0.3}, _NO_OVER, 0.3, "counted_load"),
+        SiteDiff("o", {"gridroute": 0.1, "saturation": 0.1}, _NO_OVER, 0.0, None),
+    ]
+    got = _moved_to_lower(sc, diffs, "gridroute", "saturation", 20, rows)
+    assert [d.departure for d in got] == [departure, "counted_load", None]
+
+
 _NO_OVER = {"gridroute": 0, "saturation": 0}
 
 
