@@ -18,21 +18,32 @@ figures do not depend on it):
 World `i` is the same world whatever the range it is drawn in, so `--first 120
 --worlds 120` runs the next 120 past the default ones. Past capacity it also prints the
 slot-time gridroute left idle beyond what the excess clients force (what the
-`past_capacity` rule bounds). `--undo-external-ranking` runs gridroute with its
-external-load split undone (the defect the rules must never hide: its sites must read
-unexplained).
+`past_capacity` rule bounds).
+
+`--defect NAME` runs gridroute with a known defect the rules must never hide (`_defect`):
+`undo-external-ranking` (its split of external load undone; the same as
+`--undo-external-ranking`; felt with several gateways only) or `misread-outside:K`
+(everything at a site but its own in-flight ranked at K of it; felt with one gateway
+too). It then also prints the sites whose share the defect moved past the tolerance
+(gridroute with it against gridroute without it, on the same stream) and how each
+reads: a site the defect moved that a rule names (not `unexplained`, nor within 5
+points of the seed) is a rule hiding the defect, or a move toward the seed's share.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from random import Random
 
-from gridroute.core import Policy, gridstate
-from gridroute.sim.compare import compare, idle_beyond_excess, world
+from gridroute.core import Policy, gridstate, view
+from gridroute.sim.compare import TOLERANCE, _noise, compare, idle_beyond_excess, world
+from gridroute.sim.engine import SimRun
 from gridroute.sim.scenario import parse_scenario
 
 BOTH = [Policy.GRIDROUTE, Policy.SATURATION]
@@ -41,27 +52,82 @@ BOTH = [Policy.GRIDROUTE, Policy.SATURATION]
 def own_world(i: int) -> tuple[int, int, int]:
     """(world, gridroute's requests, the seed's) with all load gridroute's."""
     sc = parse_scenario(world(Random(f"own:{i}"), external=(0.0, 0.0), broken=False))
-    (c,) = compare(sc, BOTH)
+    with _defect():
+        (c,) = compare(sc, BOTH)
     return i, c.rows["gridroute"]["requests"], c.rows["saturation"]["requests"]
 
 
-def outside_world(i: int) -> tuple[int, int, int, list[tuple[str, str | None]], float | None]:
-    """(world, gridroute's requests, the seed's, (site, departure) each, idle) with
+def outside_world(
+    i: int,
+) -> tuple[int, int, int, list[tuple[str, str | None]], float | None, list[tuple[str, str]]]:
+    """(world, gridroute's requests, the seed's, (site, departure) each, idle, moved) with
     50-120 % of each site's slots held from outside; idle, past capacity only, is the
     slot-time gridroute's requests queued beyond what the excess clients force, over
-    the free slot-time (Little's law: a slot left idle queues one more client)."""
+    the free slot-time (Little's law: a slot left idle queues one more client). Where a
+    defect is set (`_DEFECT`), moved lists (site, departure) for each site whose share
+    the defect moved past the tolerance and its noise: gridroute's share with the
+    defect against its share without it, on the same stream."""
     sc = parse_scenario(world(Random(f"outside:{i}"), external=(0.5, 1.2)))
-    (c,) = compare(sc, BOTH)
+    with _defect():
+        (c,) = compare(sc, BOTH)
     rows = c.rows
     sites = [(d.site, d.departure) for d in c.sites]
     idle = idle_beyond_excess(sc, c.clients, rows["gridroute"]["queue_s"])
-    return i, rows["gridroute"]["requests"], rows["saturation"]["requests"], sites, idle
+    moved: list[tuple[str, str]] = []
+    if _DEFECT:
+        sound = SimRun(sc, Policy.GRIDROUTE, c.clients).run().row
+        for d in c.sites:
+            was = float(sound["shares"][d.site])
+            if abs(d.shares["gridroute"] - was) > TOLERANCE + _noise(was, sound["requests"]):
+                moved.append((d.site, d.departure or "within 5 points"))
+    return i, rows["gridroute"]["requests"], rows["saturation"]["requests"], sites, idle, moved
 
 
-def _undo_external_ranking() -> None:
-    """gridroute's split of the grid's external load over the sites, undone (process
-    initializer, so every worker runs the same code)."""
-    gridstate._apportion = lambda external, unreported: {}  # type: ignore[assignment]
+_DEFECT: list[str] = []
+"""The defect this process runs gridroute with (`_set_defect`), empty for none."""
+
+
+def _set_defect(defect: str) -> None:
+    """Process initializer: every worker runs gridroute with the same defect."""
+    _DEFECT[:] = [defect] if defect else []
+
+
+@contextlib.contextmanager
+def _defect() -> Iterator[None]:
+    """gridroute with `_DEFECT` while the block runs (both policies' runs inside it; the
+    seed rule reads neither piece):
+
+    * `undo-external-ranking`: its split of the grid's external load over the sites
+      undone, so other gateways' share ranking discounts outside load too (several
+      gateways only: alone, a gateway's others are all external and ranked whole);
+    * `misread-outside:K`: everything at a site but its own in-flight ranked at K of
+      what it is (one gateway or many: a site held from outside reads emptier)."""
+    if not _DEFECT:
+        yield
+        return
+    name, _, arg = _DEFECT[0].partition(":")
+    if name == "undo-external-ranking":
+        saved_apportion = gridstate._apportion
+        gridstate._apportion = lambda external, unreported: {}
+        try:
+            yield
+        finally:
+            gridstate._apportion = saved_apportion
+    elif name == "misread-outside":
+        k = float(arg)
+        saved_post = view.SiteView.__post_init__
+
+        def misread(self: view.SiteView) -> None:
+            saved_post(self)
+            object.__setattr__(self, "ranked_others", self.ranked_others * k)
+
+        view.SiteView.__post_init__ = misread  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            view.SiteView.__post_init__ = saved_post  # type: ignore[method-assign]
+    else:
+        raise SystemExit(f"--defect: unknown defect {_DEFECT[0]!r}")
 
 
 def main() -> None:
@@ -74,10 +140,17 @@ def main() -> None:
         action="store_true",
         help="run gridroute with the external-load split undone (a known defect)",
     )
+    ap.add_argument(
+        "--defect",
+        default="",
+        help="run gridroute with a known defect: undo-external-ranking, or "
+        "misread-outside:K (all load not its own ranked at K of it)",
+    )
     args = ap.parse_args()
     began = time.perf_counter()
     ids = range(args.first, args.first + args.worlds)
-    init = _undo_external_ranking if args.undo_external_ranking else None
+    defect = "undo-external-ranking" if args.undo_external_ranking else args.defect
+    init = functools.partial(_set_defect, defect)
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1), initializer=init) as pool:
         owns = list(pool.map(own_world, ids))
         outs = list(pool.map(outside_world, ids))
@@ -94,21 +167,32 @@ def main() -> None:
     why: Counter[str] = Counter()
     unexplained: list[tuple[int, str]] = []
     sites = 0
-    for i, _, _, departures, _ in outs:
+    moved: list[tuple[int, str, str]] = []
+    for i, _, _, departures, _, shifted in outs:
         for site, departure in departures:
             sites += 1
             why[departure or "within 5 points"] += 1
             if departure == "unexplained":
                 unexplained.append((i, site))
-    ratio_ours = sum(a for _, a, _, _, _ in outs)
-    ratio_theirs = sum(b for _, _, b, _, _ in outs)
+        moved += [(i, site, departure) for site, departure in shifted]
+    ratio_ours = sum(o[1] for o in outs)
+    ratio_theirs = sum(o[2] for o in outs)
     print(
         f"outside load, {span}, {sites} sites: "
         + ", ".join(f"{k} {v}" for k, v in why.most_common())
         + f"; goodput gridroute / saturation {ratio_ours / max(ratio_theirs, 1):.3f}; "
         f"unexplained: {unexplained or 'none'}"
     )
-    idle = sorted((x, i) for i, _, _, _, x in outs if x is not None)
+    if defect:
+        caught = Counter(departure for _, _, departure in moved)
+        named = [m for m in moved if m[2] not in ("unexplained", "within 5 points")]
+        print(
+            f"defect {defect}: it moved {len(moved)} sites' shares past the tolerance "
+            "(gridroute with it against gridroute without it, same stream): "
+            + ", ".join(f"{k} {v}" for k, v in caught.most_common())
+            + f"; named by a rule: {named or 'none'}"
+        )
+    idle = sorted((o[4], o[0]) for o in outs if o[4] is not None)
     if idle:
         top = ", ".join(f"{i}: {x:.1%}" for x, i in reversed(idle[-3:]))
         print(
