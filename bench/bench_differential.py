@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -48,6 +49,9 @@ from gridroute.sim.scenario import parse_scenario
 
 BOTH = [Policy.GRIDROUTE, Policy.SATURATION]
 
+Moved = tuple[str, str, bool]
+"""(site, departure, away): a site whose share a defect moved (`outside_world`)."""
+
 
 def own_world(i: int) -> tuple[int, int, int]:
     """(world, gridroute's requests, the seed's) with all load gridroute's."""
@@ -59,29 +63,35 @@ def own_world(i: int) -> tuple[int, int, int]:
 
 def outside_world(
     i: int,
-) -> tuple[int, int, int, list[tuple[str, str | None]], float | None, list[tuple[str, str]]]:
+) -> tuple[int, int, int, list[tuple[str, str | None]], float | None, list[Moved]]:
     """(world, gridroute's requests, the seed's, (site, departure) each, idle, moved) with
     50-120 % of each site's slots held from outside; idle, past capacity only, is the
     slot-time gridroute's requests queued beyond what the excess clients force, over
     the free slot-time (Little's law: a slot left idle queues one more client). Where a
-    defect is set (`_DEFECT`), moved lists (site, departure) for each site whose share
-    the defect moved past the tolerance and its noise: gridroute's share with the
-    defect against its share without it, on the same stream."""
+    defect is set (`_DEFECT`), moved lists (site, departure, away) for each site whose
+    share the defect moved past the tolerance and its noise: gridroute's share with the
+    defect against its share without it, on the same stream; away where the defect
+    left it further from the seed's share than it was."""
     sc = parse_scenario(world(Random(f"outside:{i}"), external=(0.5, 1.2)))
     with _defect():
         (c,) = compare(sc, BOTH)
     rows = c.rows
     sites = [(d.site, d.departure) for d in c.sites]
     idle = idle_beyond_excess(sc, c.clients, rows["gridroute"]["queue_s"])
-    moved: list[tuple[str, str]] = []
+    moved: list[Moved] = []
     if _DEFECT:
         sound = SimRun(sc, Policy.GRIDROUTE, c.clients).run().row
         for d in c.sites:
             was = float(sound["shares"][d.site])
             if abs(d.shares["gridroute"] - was) > TOLERANCE + _noise(was, sound["requests"]):
-                moved.append((d.site, d.departure or "within 5 points"))
+                seed = d.shares["saturation"]
+                away = abs(d.shares["gridroute"] - seed) > abs(was - seed)
+                moved.append((d.site, d.departure or "within 5 points", away))
     return i, rows["gridroute"]["requests"], rows["saturation"]["requests"], sites, idle, moved
 
+
+DEFECTS = ("undo-external-ranking", "misread-outside")
+"""The defects `--defect` knows (`_defect`)."""
 
 _DEFECT: list[str] = []
 """The defect this process runs gridroute with (`_set_defect`), empty for none."""
@@ -150,6 +160,11 @@ def main() -> None:
     began = time.perf_counter()
     ids = range(args.first, args.first + args.worlds)
     defect = "undo-external-ranking" if args.undo_external_ranking else args.defect
+    name, _, arg = defect.partition(":")
+    if defect and name not in DEFECTS:
+        ap.error(f"--defect: unknown defect {defect!r} (known: {', '.join(DEFECTS)})")
+    if name == "misread-outside" and not re.fullmatch(r"\d+(\.\d*)?", arg):
+        ap.error(f"--defect: misread-outside needs a factor, misread-outside:K, not {defect!r}")
     init = functools.partial(_set_defect, defect)
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1), initializer=init) as pool:
         owns = list(pool.map(own_world, ids))
@@ -167,14 +182,14 @@ def main() -> None:
     why: Counter[str] = Counter()
     unexplained: list[tuple[int, str]] = []
     sites = 0
-    moved: list[tuple[int, str, str]] = []
+    moved: list[tuple[int, str, str, bool]] = []
     for i, _, _, departures, _, shifted in outs:
         for site, departure in departures:
             sites += 1
             why[departure or "within 5 points"] += 1
             if departure == "unexplained":
                 unexplained.append((i, site))
-        moved += [(i, site, departure) for site, departure in shifted]
+        moved += [(i, *m) for m in shifted]
     ratio_ours = sum(o[1] for o in outs)
     ratio_theirs = sum(o[2] for o in outs)
     print(
@@ -184,13 +199,18 @@ def main() -> None:
         f"unexplained: {unexplained or 'none'}"
     )
     if defect:
-        caught = Counter(departure for _, _, departure in moved)
+        caught = Counter(m[2] for m in moved)
         named = [m for m in moved if m[2] not in ("unexplained", "within 5 points")]
+        away = [(w, site, rule) for w, site, rule, off in named if off]
+        worlds = sorted({m[0] for m in moved})
+        flagged = [w for w in worlds if any(u[0] == w for u in unexplained)]
         print(
             f"defect {defect}: it moved {len(moved)} sites' shares past the tolerance "
             "(gridroute with it against gridroute without it, same stream): "
             + ", ".join(f"{k} {v}" for k, v in caught.most_common())
-            + f"; named by a rule: {named or 'none'}"
+            + f"; named by a rule, moved toward the seed's share {len(named) - len(away)}, "
+            f"away from it: {away or 'none'}; worlds it moved {len(worlds)}, of them with a "
+            f"site unexplained {len(flagged)}"
         )
     idle = sorted((o[4], o[0]) for o in outs if o[4] is not None)
     if idle:

@@ -1,0 +1,37 @@
+"""`bench/bench_differential.py --defect`: the known defects the harness's rules must
+never hide are really run (a defect that silently did nothing would make "its sites stay
+unexplained" say nothing)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_differential.py"
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_misread_of_outside_load_moves_a_one_gateway_world_and_reads_unexplained() -> None:
+    """World 545 has one gateway, where the external-ranking defect changes nothing (its
+    others are all external, ranked whole). Ranking outside load at 0.6 of it sends
+    90 %-held s2 more and s1 less; the bench reports the sites it moved, and s1's
+    loss is left `unexplained` (no rule names a move away from the seed's share)."""
+    done = _bench("--first", "545", "--worlds", "1", "--defect", "misread-outside:0.6")
+    assert done.returncode == 0, done.stderr
+    moved = re.search(r"it moved (\d+) sites", done.stdout)
+    assert moved is not None and int(moved.group(1)) >= 1, done.stdout
+    assert "(545, 's1')" in done.stdout, done.stdout
+    assert "away from it: none" in done.stdout, done.stdout
+
+
+def test_an_unknown_defect_is_refused_by_name() -> None:
+    done = _bench("--first", "545", "--worlds", "1", "--defect", "no-such-defect")
+    assert done.returncode != 0
+    assert "unknown defect 'no-such-defect'" in done.stdout + done.stderr
