@@ -39,6 +39,20 @@ def _judged(sc: Scenario, site: str) -> tuple[Comparison, SiteDiff]:
     return c, d
 
 
+def _fixed_and_undone(  # type: ignore[no-untyped-def]
+    monkeypatch, world_id: int, site: str
+) -> tuple[tuple[Comparison, SiteDiff], tuple[Comparison, SiteDiff]]:
+    """`_judged` on outside-load world `world_id`, then again with the external-ranking
+    fix undone (gridroute's split of external load over the sites: the defect the
+    rules must never hide)."""
+    from gridroute.core import gridstate
+
+    sc = _outside(world_id)
+    fixed = _judged(sc, site)
+    monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
+    return fixed, _judged(sc, site)
+
+
 @settings(max_examples=8, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**32))
 def test_all_load_our_own_gridroute_serves_at_least_the_seed(seed: int) -> None:
@@ -187,14 +201,9 @@ def test_a_collapsed_seed_does_not_explain_a_site_left_the_fullest(monkeypatch) 
     sends a site requests only while it is the emptier of a pair, so that was read as
     `seed_overshoots` and is `unexplained` now. With the fix the site is within the
     tolerance."""
-    from gridroute.core import gridstate
-
-    sc = _outside(96)
-    fixed, d = _judged(sc, "s0")
-    assert d.departure is None, fixed.as_dict()
-    monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
-    c, d = _judged(sc, "s0")
-    assert d.departure == "unexplained", c.as_dict()
+    fixed, undone = _fixed_and_undone(monkeypatch, 96, "s0")
+    assert fixed[1].departure is None, fixed[0].as_dict()
+    assert undone[1].departure == "unexplained", undone[0].as_dict()
 
 
 def test_seed_pairs_does_not_name_a_site_whose_group_is_every_site(  # type: ignore[no-untyped-def]
@@ -221,14 +230,9 @@ def test_fair_share_does_not_name_the_defects_loss_at_the_emptiest_site(  # type
     emptiest site with room (0.721), to two sites 77 % held, left at 0.83, each gain
     within the tolerance of the seed's share. s1's loss read `fair_share` and the world
     read clean; it is `unexplained` now. With the fix s1 is within the tolerance."""
-    from gridroute.core import gridstate
-
-    sc = _outside(519)
-    fixed, d = _judged(sc, "s1")
-    assert d.departure is None, fixed.as_dict()
-    monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
-    c, d = _judged(sc, "s1")
-    assert d.departure == "unexplained", c.as_dict()
+    fixed, undone = _fixed_and_undone(monkeypatch, 519, "s1")
+    assert fixed[1].departure is None, fixed[0].as_dict()
+    assert undone[1].departure == "unexplained", undone[0].as_dict()
 
 
 @pytest.mark.parametrize(("world_id", "site"), [(360, "s2"), (209, "s1")])
@@ -243,13 +247,8 @@ def test_other_streams_do_not_explain_away_a_difference_the_defect_keeps(  # typ
     seed's swings so much between streams that the mean difference is +0.9 +- 2.4
     (review: a margin of one standard error named it noise). Both stay `unexplained`;
     with the fix both are within the tolerance."""
-    from gridroute.core import gridstate
-
-    sc = _outside(world_id)
-    fixed, d = _judged(sc, site)
-    assert d.departure is None, fixed.as_dict()
-    monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
-    c, d = _judged(sc, site)
+    fixed, (c, d) = _fixed_and_undone(monkeypatch, world_id, site)
+    assert fixed[1].departure is None, fixed[0].as_dict()
     assert d.departure == "unexplained" and len(d.streams) == 8, c.as_dict()
 
 
