@@ -189,7 +189,7 @@ def test_compare_does_not_explain_away_external_load_ranked_at_the_share(monkeyp
     assert fixed.unexplained == [] and fixed.sites[0].shares["gridroute"] <= 0.01, fixed.as_dict()
     monkeypatch.setattr(gridstate, "_apportion", lambda external, unreported: {})
     (c,) = compare(sc, BOTH)
-    # `a`, and the losses that went to it (not `fair_share`: `_not_toward_fuller`)
+    # `a`, and the losses that went to it (not `fair_share`: `_toward_fuller`)
     assert "a" in [d.site for d in c.unexplained], c.as_dict()
     assert all(d.delta < 0 for d in c.unexplained if d.site != "a"), c.as_dict()
 
@@ -466,14 +466,16 @@ def test_a_loss_is_counted_load_only_where_no_site_gridroute_uses_is_left_fuller
 def test_fair_share_is_not_a_loss_to_a_fuller_site_mostly_held_from_outside(
     gainer: tuple[int, int], departure: str
 ) -> None:
-    """`_not_toward_fuller`: two gateways moved 10 points from `l` (50 of 100 slots held
+    """`_toward_fuller`: two gateways moved 10 points from `l` (50 of 100 slots held
     from outside, left at 0.82) to `g`. Budgets send a gateway held back at a site to
     the sites with room; a ranking that reads outside load as less than it is sends it
     to a fuller site mostly held from outside: `g` 80 % held, left at 0.88, and the
     loss is not `fair_share` (review of the harness: world 519 with the external-
     ranking fix undone). A fuller `g` at most 60 % held (20 slots, 11 held: 0.95) is
     the share ranking's, and an emptier one (0.68) is no sign of it: `fair_share`."""
-    from gridroute.sim.compare import _not_toward_fuller
+    from types import SimpleNamespace
+
+    from gridroute.sim.compare import _compare
 
     slots, held = gainer
     sc = parse_scenario(
@@ -486,13 +488,15 @@ def test_fair_share_is_not_a_loss_to_a_fuller_site_mostly_held_from_outside(
             "gateways": 2,
         }
     )
-    rows = {p: {"requests": 100_000} for p in ("gridroute", "saturation")}
-    diffs = [
-        SiteDiff("l", {"gridroute": 0.8, "saturation": 0.9}, _NO_OVER, -0.1, "fair_share"),
-        SiteDiff("g", {"gridroute": 0.2, "saturation": 0.1}, _NO_OVER, 0.1, None),
-    ]
-    got = _not_toward_fuller(sc, diffs, "gridroute", "saturation", rows, 40)
-    assert [d.departure for d in got] == [departure, None]
+
+    def run(l_share: float) -> SimpleNamespace:
+        shares = {"l": l_share, "g": 1.0 - l_share}
+        return SimpleNamespace(row={"requests": 100_000, "overshoot": 0, "shares": shares})
+
+    results = {"gridroute": run(0.8), "saturation": run(0.9)}
+    c = _compare(sc, 40, results, BOTH, 0.05)  # type: ignore[arg-type]
+    (d,) = [d for d in c.sites if d.site == "l"]
+    assert d.departure == departure, c.as_dict()
 
 
 _NO_OVER = {"gridroute": 0, "saturation": 0}
@@ -552,7 +556,7 @@ def test_stream_noise_names_a_difference_of_one_request_stream(  # type: ignore[
     ("world_id", "site"),
     [
         (213, "s2"),  # fractions at a small site shared by 7 gateways
-        # its loss went to the fuller site, 84 % held (`_not_toward_fuller`)
+        # its loss went to the fuller site, 84 % held (`_toward_fuller`)
         (213, "s0"),
         # a site mostly held from outside left the fullest of all
         (253, "s1"),

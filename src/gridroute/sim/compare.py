@@ -16,7 +16,7 @@ independent draws) is named by the rule that explains it where one does (`depart
   gridroute's loads (`_fullest`);
 * `fair_share` (several gateways, gridroute sent less, no overshoot of its own there,
   and no site mostly held from outside that it sent more to left fuller than this one,
-  `_not_toward_fuller`): each gateway keeps to its part of the site's free room;
+  `_toward_fuller`): each gateway keeps to its part of the site's free room;
 * `share_ranked` (several gateways, gridroute sent more, the site at most 60 % held from
   outside): it ranks what other gateways hold at a site at its share (their part is a
   poll old; ranked whole, gateways herd), so a small site with room wins more picks;
@@ -285,6 +285,7 @@ def _compare(
     # move): the completed requests' shares follow those queues everywhere.
     collapsed = rows[ref]["requests"] < (1.0 - tolerance) * rows[ours]["requests"]
     room = _room(sc)
+    gained = _held_gains(sc, rows, ours, ref)
     diffs = []
     for spec in sc.sites:
         name = spec.name
@@ -311,7 +312,12 @@ def _compare(
                 departure = UNEXPLAINED  # gridroute overshot more there: never on purpose
             elif delta < 0 and (over[ref] > over[ours] or collapsed):
                 departure = SEED_OVERSHOOTS
-            elif delta < 0 and several and over[ours] == 0:
+            elif (
+                delta < 0
+                and several
+                and over[ours] == 0
+                and not _toward_fuller(sc, name, shares[ours], gained, rows[ours], clients)
+            ):
                 departure = FAIR_SHARE
             elif delta > 0 and several and _outside(sc, name) <= SHARE_RANKED_OUTSIDE:
                 departure = SHARE_RANKED
@@ -340,7 +346,6 @@ def _compare(
             else:
                 departure = UNEXPLAINED
         diffs.append(SiteDiff(name, shares, over, delta, departure))
-    diffs = _not_toward_fuller(sc, diffs, ours, ref, rows, clients)
     # A site that takes more because another gave up load on purpose is explained too,
     # unless it is mostly held from outside (where taking more is the defect to find).
     if any(d.departure in (SEED_OVERSHOOTS, FAIR_SHARE) for d in diffs) or collapsed:
@@ -412,48 +417,44 @@ def _compare(
     return Comparison(clients, rows, out)
 
 
-def _not_toward_fuller(
-    sc: Scenario,
-    diffs: list[SiteDiff],
-    ours: str,
-    ref: str,
-    rows: dict[str, dict[str, Any]],
-    clients: int,
-) -> list[SiteDiff]:
-    """`fair_share` taken back where gridroute moved load from the site toward a fuller
-    one mostly held from outside: some site it sent more to than the reference (beyond
-    the noise of the reference's share there), held past `SHARE_RANKED_OUTSIDE` (where
-    the share ranking excuses no gain), is left by
-    gridroute at a higher pressure than this one, beyond the noise of both. Budgets
-    that hold gateways back at a site send their requests to the sites with room, not
-    to a fuller one; a ranking that reads outside load as less than it is does.
+def _held_gains(sc: Scenario, rows: dict[str, dict[str, Any]], ours: str, ref: str) -> list[str]:
+    """The sites gridroute sent more to than the reference, beyond the noise of the
+    reference's share there, that are held from outside past `SHARE_RANKED_OUTSIDE`
+    (where the share ranking excuses no gain): what `_toward_fuller` reads."""
+    out = []
+    for spec in sc.sites:
+        theirs = float(rows[ref]["shares"][spec.name])
+        gain = float(rows[ours]["shares"][spec.name]) - theirs
+        if gain > _noise(theirs, rows[ref]["requests"]) and (
+            _outside(sc, spec.name) > SHARE_RANKED_OUTSIDE
+        ):
+            out.append(spec.name)
+    return out
+
+
+def _toward_fuller(
+    sc: Scenario, site: str, share: float, gained: list[str], row: dict[str, Any], clients: int
+) -> bool:
+    """Whether gridroute moved load from `site` (where it sent `share`) toward a fuller
+    site mostly held from outside: one of `gained` (`_held_gains`) is left by gridroute
+    at a higher pressure than this one, beyond the noise of both. Such a loss is never
+    `fair_share`: budgets that hold gateways back at a site send their requests to the
+    sites with room, not to a fuller one; a ranking that reads outside load as less
+    than it is does.
 
     Why: with the external-ranking fix undone, world 519 (5 gateways, 45 clients)
     moved 9 points from s1 (56 % held, 103 free slots, left at 0.721, the emptiest
     site with room) to s0 and s3 (77 % held, left at 0.83), each gain within the
     tolerance; s1's loss read `fair_share` and the world read clean."""
-    requests = rows[ours]["requests"]
-    gained = [
-        g
-        for g in diffs
-        if g.delta > _noise(g.shares[ref], rows[ref]["requests"])
-        and _outside(sc, g.site) > SHARE_RANKED_OUTSIDE
-    ]
-    out = []
-    for d in diffs:
-        if d.departure == FAIR_SHARE:
-            mine = _pressure(sc, d.site, d.shares[ours], clients)
-            noise = _pressure_noise(sc, d.site, d.shares[ours], requests, clients)
-            for g in gained:
-                theirs = _pressure(sc, g.site, g.shares[ours], clients)
-                margin = math.hypot(
-                    noise, _pressure_noise(sc, g.site, g.shares[ours], requests, clients)
-                )
-                if theirs > mine + margin:
-                    d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, UNEXPLAINED)
-                    break
-        out.append(d)
-    return out
+    requests = row["requests"]
+    mine = _pressure(sc, site, share, clients)
+    noise = _pressure_noise(sc, site, share, requests, clients)
+    for g in gained:
+        theirs = float(row["shares"][g])
+        margin = math.hypot(noise, _pressure_noise(sc, g, theirs, requests, clients))
+        if _pressure(sc, g, theirs, clients) > mine + margin:
+            return True
+    return False
 
 
 def _moved_to_lower(
