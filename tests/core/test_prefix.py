@@ -41,6 +41,18 @@ def test_fingerprint_is_bounded_and_chained() -> None:
     assert not set(fingerprint(other, 512, 64)) & set(blocks)  # a change at block 0 moves all
 
 
+def test_only_whole_blocks_are_fingerprinted() -> None:
+    """A server caches whole pages: a prompt shorter than one block has no prefix to
+    reuse (identical short prompts must not pile onto one site), and a last partial
+    block is not part of the fingerprint."""
+    assert fingerprint(b"Say something." * 4, 64, 64) == ()
+    assert fingerprint(b"x" * 64, 64, 64) != ()
+    assert fingerprint(b"x" * 130, 64, 64) == fingerprint(b"x" * 128 + b"yz", 64, 64)
+    assert len(fingerprint(b"x" * 191, 64, 64)) == 2
+    assert fingerprint_tokens(list(range(127)), 128) == ()
+    assert len(fingerprint_tokens(list(range(300)), 128)) == 2
+
+
 def test_tokenizer_mode_blocks_token_ids() -> None:
     ids = list(range(1000))
     assert len(fingerprint_tokens(ids, 128, 4)) == 4
@@ -53,7 +65,7 @@ def test_map_is_bounded_in_entries_and_time() -> None:
         table.record(fingerprint(str(i).encode() * 1000, 512, 8), f"k{i % 3}", float(i))
     assert len(table) == 100
     last = fingerprint(b"49" * 1000, 512, 8)
-    assert table.matches(last, 49.0) == {"k1": 4}
+    assert table.matches(last, 49.0) == {"k1": 3}  # 2,000 bytes: 3 whole blocks
     assert table.matches(last, 100.0) == {}  # idle past the TTL
 
 

@@ -137,8 +137,8 @@ async def _load(
 ) -> tuple[collections.Counter[str], int]:
     """`workers` clients of the official openai client, `per_worker` requests each, and
     where each answer was served. `distinct`: every request its own prompt (many users'
-    conversations); otherwise all send the same one, which prefix affinity keeps on the
-    site that served it, within the tier with room, as the reference does."""
+    conversations); otherwise all send the same one. Both are shorter than one prefix
+    block, so prefix affinity never keeps them on a site (docs/prefix-affinity.md)."""
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
     seen: collections.Counter[str] = collections.Counter()
     errors = 0
@@ -270,17 +270,19 @@ def large_and_small(tmp_path: Path) -> Iterator[Grid]:
         yield g
 
 
+@pytest.mark.parametrize("distinct", [False, True], ids=["one-short-prompt", "conversations"])
 def test_a_small_nearly_full_site_beside_a_large_idle_one_keeps_the_two_site_share(
-    large_and_small: Grid,
+    large_and_small: Grid, distinct: bool
 ) -> None:
     g = large_and_small
     g.admin("b", "external", {"in_flight": 6})  # 2 of b's 8 slots left
     wait_for(lambda: (g.status()["b"]["rho_reported"] or 0) >= 0.7, timeout=10)
     wait_for(lambda: g.external() >= 5, timeout=6)
-    # Each request its own conversation: one prompt for all would be kept on the site
-    # that served it first by prefix affinity, which narrows within the tier with room
-    # (the reference's default; its balance check starts at a mean rho of 0.5).
-    seen, errors = asyncio.run(_load(g.gateway.url, 8, 80, distinct=True))
+    # As a new user tries it (every client resends one short prompt), and as many users'
+    # conversations: both are shorter than one prefix block, so prefix affinity (on, the
+    # default) has nothing to keep them on and the pressure pick sets the shares.
+    seen, errors = asyncio.run(_load(g.gateway.url, 8, 80, distinct=distinct))
+    print(f"two-site share, {'distinct prompts' if distinct else 'one prompt'}: {dict(seen)}")
     assert errors == 0
     total = sum(seen.values())
     assert total == 640

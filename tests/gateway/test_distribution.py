@@ -72,9 +72,9 @@ def test_site_killed_mid_run_costs_no_client_error(stream: bool) -> None:
     async def scenario() -> None:
         sites = {"a": fake("a", service_s=0.002), "b": fake("b", service_s=0.002)}
         models = [{"name": MODEL, "policy": "saturation"}]
-        # Every request here resends one prompt: with prefix affinity they may all stay
-        # on b and none is sent to a after it is killed (nothing to retry). This test is
-        # of the retry.
+        # Every request here resends one prompt: were it long enough for prefix affinity
+        # they could all stay on b and none be sent to a after it is killed (nothing to
+        # retry). This test is of the retry, so affinity is off whatever the prompt.
         off = {"enabled": False}
         async with running_grid(sites, models=models, prefix_affinity=off) as g:
             g.feed({"a": (0.0, 0.0, 10.0), "b": (0.0, 0.0, 10.0)})

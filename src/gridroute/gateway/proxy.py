@@ -494,8 +494,9 @@ async def drive(
 def prefix_of(
     body: bytes, table: PrefixMap, s: PrefixAffinitySettings, now: float
 ) -> PrefixRequest | None:
-    """The request's prefix (`core/prefix.py`), or None when prefix affinity is off or
-    the body has no `messages`.
+    """The request's prefix (`core/prefix.py`), or None when prefix affinity is off, the
+    body has no `messages`, or they are shorter than one block (a server caches whole
+    pages, so such a prompt has nothing to reuse; its outcome is not counted).
 
     The rendered messages are the body's bytes from its `"messages"` key on, as the
     client wrote them: a chat client resends its history the same way, so its turns
@@ -521,9 +522,11 @@ def prefix_of(
             return None
         encode = load_tokenizer(s.tokenizer)  # loaded (and checked) with the config
         blocks = fingerprint_messages(messages, encode, s.block_tokens, s.max_blocks)
-        return PrefixRequest.start(blocks, s, table, now)
-    blocks = fingerprint(body[at : at + s.block_bytes * s.max_blocks], s.block_bytes, s.max_blocks)
-    return PrefixRequest.start(blocks, s, table, now)
+    else:
+        end = at + s.block_bytes * s.max_blocks
+        blocks = fingerprint(body[at:end], s.block_bytes, s.max_blocks)
+    # shorter than one block: nothing a server could have cached, so no affinity at all
+    return PrefixRequest.start(blocks, s, table, now) if blocks else None
 
 
 def failure_of(exc: upstream.UpstreamError) -> Failure:
