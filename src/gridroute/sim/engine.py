@@ -308,7 +308,7 @@ class SimRun:
         if self.workload is not None:
             req.blocks, req.tokens = self.workload.prompt(client)
             pa = self.sc.prefix_affinity
-            if pa.enabled:
+            if pa.enabled and req.blocks:  # as the gateway: no whole block, no affinity
                 blocks = req.blocks[: pa.max_blocks]
                 prefix = PrefixRequest.start(blocks, pa, gw.prefixes, t)
         flow = req.flow = request_flow(

@@ -14,7 +14,6 @@ cache still holds it, and a site given too many conversations evicts them.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from random import Random
 
@@ -83,7 +82,7 @@ class Workload:
             self.current[client] = conv
         conv.turn += 1
         tokens = s.system_tokens + conv.turn * s.turn_tokens
-        n = math.ceil(tokens / BLOCK_TOKENS)
+        n = tokens // BLOCK_TOKENS  # whole blocks: a server caches whole pages only
         shared = s.system_tokens // BLOCK_TOKENS
         blocks = tuple(
             hash((0, conv.system, i)) if i < shared else hash((1, conv.ident, i)) for i in range(n)
