@@ -270,7 +270,9 @@ def large_and_small(tmp_path: Path) -> Iterator[Grid]:
         yield g
 
 
-@pytest.mark.parametrize("distinct", [False, True], ids=["one-short-prompt", "conversations"])
+@pytest.mark.parametrize(
+    "distinct", [False, True], ids=["one-short-prompt", "distinct-short-prompts"]
+)
 def test_a_small_nearly_full_site_beside_a_large_idle_one_keeps_the_two_site_share(
     large_and_small: Grid, distinct: bool
 ) -> None:
@@ -278,9 +280,10 @@ def test_a_small_nearly_full_site_beside_a_large_idle_one_keeps_the_two_site_sha
     g.admin("b", "external", {"in_flight": 6})  # 2 of b's 8 slots left
     wait_for(lambda: (g.status()["b"]["rho_reported"] or 0) >= 0.7, timeout=10)
     wait_for(lambda: g.external() >= 5, timeout=6)
-    # As a new user tries it (every client resends one short prompt), and as many users'
-    # conversations: both are shorter than one prefix block, so prefix affinity (on, the
-    # default) has nothing to keep them on and the pressure pick sets the shares.
+    # As a new user tries it (every client resends one short prompt), and with a short
+    # prompt of its own per request: both are shorter than one prefix block, so prefix
+    # affinity (on, the default) has nothing to keep them on and the pressure pick sets
+    # the shares (one prompt for all took 3 of 640 when a partial block was matched).
     seen, errors = asyncio.run(_load(g.gateway.url, 8, 80, distinct=distinct))
     print(f"two-site share, {'distinct prompts' if distinct else 'one prompt'}: {dict(seen)}")
     assert errors == 0
