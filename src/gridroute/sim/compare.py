@@ -18,8 +18,10 @@ independent draws) is named by the rule that explains it where one does (`depart
   and no site mostly held from outside that it sent more to left fuller than this one,
   `_toward_fuller`): each gateway keeps to its part of the site's free room;
 * `share_ranked` (several gateways, gridroute sent more, the site at most 60 % held from
-  outside): it ranks what other gateways hold at a site at its share (their part is a
-  poll old; ranked whole, gateways herd), so a small site with room wins more picks;
+  outside, or past that, where no other rule names the gain, left the fullest with room
+  as it is but not as the gateways' ranking reads it, `_ranked_last`): it ranks what
+  other gateways hold at a site at its share (their part is a poll old; ranked whole,
+  gateways herd), so a small site with room wins more picks;
 * `knock_on` (gridroute sent more, no overshoot there, the site at most 60 % held from
   outside): another site's departure above gave up load; also, however much outside
   load holds the site, where it is one of exactly two sites with room and the other's
@@ -84,12 +86,13 @@ the tests, `bench/bench_differential.py` and a user's own scenarios are compared
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from random import Random
 from typing import Any
 
 from gridroute.core.select import Policy, two_site_share
 from gridroute.core.settings import AvailabilitySettings
+from gridroute.core.view import OUTSIDE_RANKED_WHOLE_FROM
 from gridroute.sim.engine import RunResult, SimRun
 from gridroute.sim.scenario import ClientsEvent, Scenario, ScenarioSite
 
@@ -192,7 +195,7 @@ def compare(
     for clients in sc.client_counts:
         results = {p.value: SimRun(sc, p, clients).run() for p in policies}
         c = _compare(sc, clients, results, policies, tolerance)
-        out.append(_confirm(sc, c, policies, tolerance, confirm))
+        out.append(_ranked_last(sc, _confirm(sc, c, policies, tolerance, confirm), policies))
     return out
 
 
@@ -415,6 +418,29 @@ def _compare(
     if clients <= _free_total(sc):
         out = _moved_to_lower(sc, out, ours, ref, clients, rows)
     return Comparison(clients, rows, out)
+
+
+def _ranked_last(sc: Scenario, c: Comparison, policies: list[Policy]) -> Comparison:
+    """`share_ranked` past `SHARE_RANKED_OUTSIDE`, read after every other rule
+    (`_confirm`'s `stream_noise` included) and only where none names the gain: several
+    gateways, no more overshoot there than the reference's (never on purpose), and the
+    site left the fullest with room as it is but not as the sound ranking reads it
+    (`_ranked_fullest`: the ranking's discount drew the picks). No rule reads this
+    name, so naming it last changes no other site's verdict."""
+    if len(sc.gateway_shares) <= 1:
+        return c
+    ours, ref = sides([p.value for p in policies])
+    room = _room(sc)
+    sites = [
+        replace(d, departure=SHARE_RANKED)
+        if d.departure == UNEXPLAINED
+        and d.delta > 0
+        and d.overshoot[ours] <= d.overshoot[ref]
+        and _ranked_fullest(sc, room, d.site, c.rows[ours], c.clients)
+        else d
+        for d in c.sites
+    ]
+    return Comparison(c.clients, c.rows, sites)
 
 
 def _held_gains(sc: Scenario, rows: dict[str, dict[str, Any]], ours: str, ref: str) -> list[str]:
@@ -759,6 +785,51 @@ def _fullest(
         _pressure(sc, name, float(row["shares"][name]), clients) for name in room if name != site
     ]
     return bool(others) and mine > max(others) + margin
+
+
+def _pick_pressure(sc: Scenario, site: str, share: float, clients: int) -> float:
+    """`_pressure` as gridroute's picks read it (`SiteView.pick_rho`), averaged over the
+    gateways by their part of the clients: each ranks its own requests there and the
+    outside load whole, and the other gateways' part at its share, nearer whole as
+    outside load holds more of the site (`OUTSIDE_RANKED_WHOLE_FROM`, the ramp of the
+    sound policy: a ranking that misreads the site reads otherwise). Each gateway's
+    part of gridroute's load there is taken as its part of the clients."""
+    spec = _site(sc, site)
+    held = _held(sc, spec)
+    ours = share * clients
+    lo = OUTSIDE_RANKED_WHOLE_FROM
+    ramp = min(max((held / spec.slots - lo) / (1.0 - lo), 0.0), 1.0) if lo < 1.0 else 0.0
+    read = 0.0
+    for part in sc.gateway_shares:
+        weight = part + (1.0 - part) * ramp
+        read += part * (held + part * ours + weight * (1.0 - part) * ours)
+    return read / spec.slots
+
+
+def _ranked_fullest(
+    sc: Scenario, room: list[str], site: str, row: dict[str, Any], clients: int
+) -> bool:
+    """Whether gridroute's loads leave `site` the fullest of the sites with room it
+    sends requests to as they are (`_pressure`), but not as its picks read them
+    (`_pick_pressure`), each beyond the noise of the site's share: then its gain is the
+    share ranking's, by design (docs/selection.md, `share_ranked`), also past
+    `SHARE_RANKED_OUTSIDE`, where the ranking weighs other gateways' load only part of
+    the way to whole. The power of two choices sends a site requests while it reads
+    the emptier of a pair; a site the sound ranking reads the fullest too took them on
+    some other reading (a misread ranking's mark), and one not left the fullest owes
+    its gain to something other than the ranking's discount."""
+    share = float(row["shares"][site])
+    margin = _pressure_noise(sc, site, share, row["requests"], clients)
+    used = [n for n in room if n != site and float(row["shares"][n]) > 0.0]
+    if not used:
+        return False
+    shares = {n: float(row["shares"][n]) for n in used}
+    as_is = max(_pressure(sc, n, shares[n], clients) for n in used)
+    as_read = max(_pick_pressure(sc, n, shares[n], clients) for n in used)
+    return (
+        _pressure(sc, site, share, clients) > as_is + margin
+        and _pick_pressure(sc, site, share, clients) <= as_read + margin
+    )
 
 
 def _held(sc: Scenario, spec: ScenarioSite) -> float:
