@@ -552,6 +552,76 @@ def test_a_gain_the_share_ranking_reads_emptier_is_share_ranked_past_sixty_perce
     assert (d.departure == "share_ranked") is ranked, c.as_dict()
 
 
+def test_share_ranked_past_sixty_percent_needs_the_site_read_the_emptiest() -> None:
+    """Review of `_ranked_fullest`: beside `b` and `c` 60 % held (read at 0.63, where
+    five gateways read `a` at 0.78), a site `d` nearly full from outside that gridroute
+    barely uses reads near its held fraction (0.88). "Not the fullest as read" would
+    then name any gain at `a`; the ranking's discount did not make `a` read the
+    emptiest, so its gain is not the share ranking's."""
+    from types import SimpleNamespace
+
+    from gridroute.sim.compare import _compare, _ranked_fullest, _ranked_last
+
+    sites = [("a", 200, 130), ("b", 100, 60), ("c", 100, 60), ("d", 100, 88)]
+    sc = parse_scenario(
+        {
+            "sites": [
+                {"name": n, "slots": slots, "external": {"in_flight": held}}
+                for n, slots, held in sites
+            ],
+            "clients": [60],
+            "gateways": 5,
+        }
+    )
+
+    def run(shares: dict[str, float], over: int) -> SimpleNamespace:
+        row = {"requests": 100_000, "overshoot": over, "shares": shares}
+        return SimpleNamespace(row={**row, "overshoot_by_site": {"a": over}})
+
+    ours = {"a": 0.8, "b": 0.0995, "c": 0.0995, "d": 0.001}
+    results = {
+        "gridroute": run(ours, 1),
+        "saturation": run({"a": 0.6, "b": 0.2, "c": 0.2, "d": 0.0}, 5),
+    }
+    assert not _ranked_fullest(sc, ["a", "b", "c", "d"], "a", results["gridroute"].row, 60)
+    c = _ranked_last(sc, _compare(sc, 60, results, BOTH, 0.05), BOTH)  # type: ignore[arg-type]
+    (d,) = [d for d in c.sites if d.site == "a"]
+    assert d.departure != "share_ranked", c.as_dict()
+
+
+def test_share_ranked_past_sixty_percent_reads_overshoot_over_every_stream() -> None:
+    """Review of `_ranked_last`: where `_confirm` ran more streams, the overshoot guard
+    reads their totals, not the scenario's own stream (as noisy as its shares): a site
+    gridroute overshot less on its own stream but more over all of them is not named."""
+    from dataclasses import replace
+
+    from gridroute.sim.compare import Comparison, SiteDiff, _ranked_last
+
+    sc = parse_scenario(
+        {
+            "sites": [
+                {"name": "a", "slots": 200, "external": {"in_flight": 130}},
+                {"name": "b", "slots": 100, "external": {"in_flight": 80}},
+                {"name": "c", "slots": 100, "external": {"in_flight": 80}},
+            ],
+            "clients": [60],
+            "gateways": 5,
+        }
+    )
+    shares = {"a": 0.8, "b": 0.1, "c": 0.1}
+    rows = {
+        p: {"requests": 100_000, "overshoot": 0, "shares": shares}
+        for p in ("gridroute", "saturation")
+    }
+    own = {"gridroute": 1, "saturation": 5}
+    gain = SiteDiff("a", {"gridroute": 0.8, "saturation": 0.6}, own, 0.2, "unexplained")
+    calm = Comparison(60, rows, [gain])
+    assert _ranked_last(sc, calm, BOTH).sites[0].departure == "share_ranked"
+    worse = replace(gain, stream_overshoot={"gridroute": 30, "saturation": 12})
+    loud = Comparison(60, rows, [worse])
+    assert _ranked_last(sc, loud, BOTH).sites[0].departure == "unexplained"
+
+
 @pytest.mark.parametrize(("gateways", "departure"), [(4, "knock_on"), (2, "unexplained")])
 def test_a_gain_beside_a_site_the_floors_leave_unused_is_knock_on(
     gateways: int, departure: str

@@ -19,7 +19,7 @@ independent draws) is named by the rule that explains it where one does (`depart
   `_toward_fuller`): each gateway keeps to its part of the site's free room;
 * `share_ranked` (several gateways, gridroute sent more, the site at most 60 % held from
   outside, or past that, where no other rule names the gain, left the fullest with room
-  as it is but not as the gateways' ranking reads it, `_ranked_last`): it ranks what
+  as it is but the emptiest as the gateways' ranking reads it, `_ranked_last`): it ranks what
   other gateways hold at a site at its share (their part is a poll old; ranked whole,
   gateways herd), so a small site with room wins more picks;
 * `knock_on` (gridroute sent more, no overshoot there, the site at most 60 % held from
@@ -134,6 +134,9 @@ class SiteDiff:
     streams: tuple[float, ...] = ()
     """Where a difference was confirmed over more request streams (`_confirm`): its delta
     on each, the scenario's own first."""
+    stream_overshoot: dict[str, int] = field(default_factory=dict)
+    """There too: policy -> requests that found this site full over all those streams
+    (one stream's count is as noisy as its shares)."""
 
     @property
     def over_streams(self) -> tuple[float, float] | None:
@@ -177,6 +180,7 @@ class Comparison:
                         p: r.get("picks_by_site", {}).get(d.site, {}) for p, r in self.rows.items()
                     },
                     **({"stream_deltas": [round(x, 4) for x in d.streams]} if d.streams else {}),
+                    **({"stream_overshoot": d.stream_overshoot} if d.stream_overshoot else {}),
                 }
                 for d in self.sites
             ],
@@ -248,7 +252,9 @@ def _confirm(
             equivalent = abs(mean) + _t95(len(seen) - 1) * error <= tolerance
             calm = over[d.site][ours] <= over[d.site][ref]
             departure = STREAM_NOISE if equivalent and calm else UNEXPLAINED
-            d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, departure, tuple(seen))
+            d = SiteDiff(
+                d.site, d.shares, d.overshoot, d.delta, departure, tuple(seen), over[d.site]
+            )
         out.append(d)
     return Comparison(c.clients, c.rows, out)
 
@@ -423,23 +429,27 @@ def _compare(
 def _ranked_last(sc: Scenario, c: Comparison, policies: list[Policy]) -> Comparison:
     """`share_ranked` past `SHARE_RANKED_OUTSIDE`, read after every other rule
     (`_confirm`'s `stream_noise` included) and only where none names the gain: several
-    gateways, no more overshoot there than the reference's (never on purpose), and the
-    site left the fullest with room as it is but not as the sound ranking reads it
+    gateways, no more overshoot there than the reference's over the streams `_confirm`
+    ran (more is never on purpose), and the site left the fullest of the sites with
+    room gridroute uses as it is but the emptiest as the sound ranking reads them
     (`_ranked_fullest`: the ranking's discount drew the picks). No rule reads this
     name, so naming it last changes no other site's verdict."""
     if len(sc.gateway_shares) <= 1:
         return c
     ours, ref = sides([p.value for p in policies])
     room = _room(sc)
-    sites = [
-        replace(d, departure=SHARE_RANKED)
-        if d.departure == UNEXPLAINED
-        and d.delta > 0
-        and d.overshoot[ours] <= d.overshoot[ref]
-        and _ranked_fullest(sc, room, d.site, c.rows[ours], c.clients)
-        else d
-        for d in c.sites
-    ]
+    sites = []
+    for d in c.sites:
+        # over every stream `_confirm` ran where it ran (review: one stream is noisy)
+        over = d.stream_overshoot or d.overshoot
+        if (
+            d.departure == UNEXPLAINED
+            and d.delta > 0
+            and over[ours] <= over[ref]
+            and _ranked_fullest(sc, room, d.site, c.rows[ours], c.clients)
+        ):
+            d = replace(d, departure=SHARE_RANKED)
+        sites.append(d)
     return Comparison(c.clients, c.rows, sites)
 
 
@@ -809,15 +819,17 @@ def _pick_pressure(sc: Scenario, site: str, share: float, clients: int) -> float
 def _ranked_fullest(
     sc: Scenario, room: list[str], site: str, row: dict[str, Any], clients: int
 ) -> bool:
-    """Whether gridroute's loads leave `site` the fullest of the sites with room it
-    sends requests to as they are (`_pressure`), but not as its picks read them
-    (`_pick_pressure`), each beyond the noise of the site's share: then its gain is the
-    share ranking's, by design (docs/selection.md, `share_ranked`), also past
-    `SHARE_RANKED_OUTSIDE`, where the ranking weighs other gateways' load only part of
-    the way to whole. The power of two choices sends a site requests while it reads
-    the emptier of a pair; a site the sound ranking reads the fullest too took them on
-    some other reading (a misread ranking's mark), and one not left the fullest owes
-    its gain to something other than the ranking's discount."""
+    """Whether gridroute's loads leave `site` the fullest of the other sites with room
+    it sends requests to as they are (`_pressure`) and the emptiest of them as its picks
+    read them (`_pick_pressure`), each beyond the noise of the site's share: the
+    ranking's discount turned the order over, so its gain is the share ranking's, by
+    design (docs/selection.md, `share_ranked`), also past `SHARE_RANKED_OUTSIDE`, where
+    the ranking weighs other gateways' load only part of the way to whole. The power of
+    two choices sends a site requests while it reads the emptier of a pair; a site the
+    sound ranking does not read the emptiest took them on some other reading, or for
+    some other reason. The emptiest, not merely not the fullest (review): a site
+    gridroute barely uses, nearly full from outside, reads near its held fraction and
+    would otherwise let any gain under it pass."""
     share = float(row["shares"][site])
     margin = _pressure_noise(sc, site, share, row["requests"], clients)
     used = [n for n in room if n != site and float(row["shares"][n]) > 0.0]
@@ -825,10 +837,10 @@ def _ranked_fullest(
         return False
     shares = {n: float(row["shares"][n]) for n in used}
     as_is = max(_pressure(sc, n, shares[n], clients) for n in used)
-    as_read = max(_pick_pressure(sc, n, shares[n], clients) for n in used)
+    as_read = min(_pick_pressure(sc, n, shares[n], clients) for n in used)
     return (
         _pressure(sc, site, share, clients) > as_is + margin
-        and _pick_pressure(sc, site, share, clients) <= as_read + margin
+        and _pick_pressure(sc, site, share, clients) < as_read - margin
     )
 
 
