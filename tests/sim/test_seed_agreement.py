@@ -361,7 +361,7 @@ def test_regression_departures_found_by_the_harness_are_named(
     assert not c.unexplained, c.as_dict()
 
 
-def _held_sites(sites: list[tuple[str, int, int]], clients: int) -> Scenario:
+def _held_sites(sites: list[tuple[str, int, int]], clients: int, gateways: int = 1) -> Scenario:
     """A scenario of (name, slots, in-flight held from outside) sites."""
     return parse_scenario(
         {
@@ -370,6 +370,7 @@ def _held_sites(sites: list[tuple[str, int, int]], clients: int) -> Scenario:
                 for n, slots, held in sites
             ],
             "clients": [clients],
+            "gateways": gateways,
         }
     )
 
@@ -527,17 +528,7 @@ def test_a_gain_the_share_ranking_reads_emptier_is_share_ranked_past_sixty_perce
 
     from gridroute.sim.compare import _compare, _ranked_fullest, _ranked_last
 
-    sc = parse_scenario(
-        {
-            "sites": [
-                {"name": "a", "slots": 200, "external": {"in_flight": 130}},
-                {"name": "b", "slots": 100, "external": {"in_flight": 80}},
-                {"name": "c", "slots": 100, "external": {"in_flight": 80}},
-            ],
-            "clients": [60],
-            "gateways": gateways,
-        }
-    )
+    sc = _held_sites([("a", 200, 130), ("b", 100, 80), ("c", 100, 80)], 60, gateways)
 
     def run(a: float, over: int) -> SimpleNamespace:
         shares = {"a": a, "b": (1.0 - a) / 2, "c": (1.0 - a) / 2}
@@ -563,16 +554,7 @@ def test_share_ranked_past_sixty_percent_needs_the_site_read_the_emptiest() -> N
     from gridroute.sim.compare import _compare, _ranked_fullest, _ranked_last
 
     sites = [("a", 200, 130), ("b", 100, 60), ("c", 100, 60), ("d", 100, 88)]
-    sc = parse_scenario(
-        {
-            "sites": [
-                {"name": n, "slots": slots, "external": {"in_flight": held}}
-                for n, slots, held in sites
-            ],
-            "clients": [60],
-            "gateways": 5,
-        }
-    )
+    sc = _held_sites(sites, 60, 5)
 
     def run(shares: dict[str, float], over: int) -> SimpleNamespace:
         row = {"requests": 100_000, "overshoot": over, "shares": shares}
@@ -597,17 +579,7 @@ def test_share_ranked_past_sixty_percent_reads_overshoot_over_every_stream() -> 
 
     from gridroute.sim.compare import Comparison, SiteDiff, _ranked_last
 
-    sc = parse_scenario(
-        {
-            "sites": [
-                {"name": "a", "slots": 200, "external": {"in_flight": 130}},
-                {"name": "b", "slots": 100, "external": {"in_flight": 80}},
-                {"name": "c", "slots": 100, "external": {"in_flight": 80}},
-            ],
-            "clients": [60],
-            "gateways": 5,
-        }
-    )
+    sc = _held_sites([("a", 200, 130), ("b", 100, 80), ("c", 100, 80)], 60, 5)
     shares = {"a": 0.8, "b": 0.1, "c": 0.1}
     rows = {
         p: {"requests": 100_000, "overshoot": 0, "shares": shares}
