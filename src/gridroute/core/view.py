@@ -29,6 +29,18 @@ scenarios above) nothing changes; a ramp, not a step, so that a site whose estim
 outside load wavers about the fraction does not flip in rank."""
 
 
+def others_weight(share: float, held: float) -> float:
+    """The weight a gateway whose share is `share` ranks other gateways' load at, at a
+    site `held` (a fraction of its ceiling) from outside: its share, rising linearly to
+    1 from `OUTSIDE_RANKED_WHOLE_FROM` held to all of it (`SiteView.ranked_others`; the
+    simulator's comparison reads the same ramp)."""
+    lo = OUTSIDE_RANKED_WHOLE_FROM
+    if lo >= 1.0:
+        return share
+    ramp = min(max((held - lo) / (1.0 - lo), 0.0), 1.0)
+    return share + (1.0 - share) * ramp
+
+
 @dataclass(frozen=True, slots=True)
 class SiteView:
     candidate: Candidate
@@ -94,14 +106,11 @@ class SiteView:
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", self.candidate.key)
         external = min(max(self.external, 0.0), self.base)
-        weight = self.share
-        lo = OUTSIDE_RANKED_WHOLE_FROM
-        if self.ceiling > 0.0 and lo < 1.0:
-            # Held of the ceiling, not of the KV-bounded room: the gateways' own
-            # KV-heavy requests lowering the room are not outside load.
-            held = external / self.ceiling
-            ramp = min(max((held - lo) / (1.0 - lo), 0.0), 1.0)
-            weight += (1.0 - weight) * ramp
+        # Held of the ceiling, not of the KV-bounded room: the gateways' own KV-heavy
+        # requests lowering the room are not outside load.
+        weight = (
+            others_weight(self.share, external / self.ceiling) if self.ceiling > 0.0 else self.share
+        )
         ranked = weight * (self.base - external) + external
         object.__setattr__(self, "ranked_others", ranked)
         if self.budget_up < self.budget:

@@ -92,7 +92,7 @@ from typing import Any
 
 from gridroute.core.select import Policy, two_site_share
 from gridroute.core.settings import AvailabilitySettings
-from gridroute.core.view import OUTSIDE_RANKED_WHOLE_FROM
+from gridroute.core.view import others_weight
 from gridroute.sim.engine import RunResult, SimRun
 from gridroute.sim.scenario import ClientsEvent, Scenario, ScenarioSite
 
@@ -801,17 +801,15 @@ def _pick_pressure(sc: Scenario, site: str, share: float, clients: int) -> float
     """`_pressure` as gridroute's picks read it (`SiteView.pick_rho`), averaged over the
     gateways by their part of the clients: each ranks its own requests there and the
     outside load whole, and the other gateways' part at its share, nearer whole as
-    outside load holds more of the site (`OUTSIDE_RANKED_WHOLE_FROM`, the ramp of the
-    sound policy: a ranking that misreads the site reads otherwise). Each gateway's
-    part of gridroute's load there is taken as its part of the clients."""
+    outside load holds more of the site (`view.others_weight`, the ramp of the sound
+    policy: a ranking that misreads the site reads otherwise). Each gateway's part of
+    gridroute's load there is taken as its part of the clients."""
     spec = _site(sc, site)
     held = _held(sc, spec)
     ours = share * clients
-    lo = OUTSIDE_RANKED_WHOLE_FROM
-    ramp = min(max((held / spec.slots - lo) / (1.0 - lo), 0.0), 1.0) if lo < 1.0 else 0.0
     read = 0.0
     for part in sc.gateway_shares:
-        weight = part + (1.0 - part) * ramp
+        weight = others_weight(part, held / spec.slots)
         read += part * (held + part * ours + weight * (1.0 - part) * ours)
     return read / spec.slots
 
