@@ -124,14 +124,16 @@ def test_token_mode_fingerprints_the_rendered_messages(monkeypatch: pytest.Monke
     assert proxy.prefix_of(b'{"messages": [', PrefixMap(), s, 0.0) is None  # not JSON
 
 
-def test_prefix_affinity_can_be_turned_off() -> None:
+def _resent_30_times(prefix_affinity: dict[str, object], messages: list[dict[str, str]]) -> None:
+    """Three idle sites; `messages` sent 30 times: each site serves some of them (no
+    prefix keeps them on one) and no prefix-affinity outcome is counted."""
+
     async def scenario() -> None:
         sites = {n: fake(n) for n in ("a", "b", "c")}
-        async with running_grid(sites, prefix_affinity={"enabled": False}) as g:
+        async with running_grid(sites, prefix_affinity=prefix_affinity) as g:
             g.gw.current.rng = Random(3)
             g.feed({s: (0.0, 0.0, 20.0) for s in ("a", "b", "c")})
             client = g.client()
-            messages = [{"role": "system", "content": SYSTEM}]
             got = set()
             for _ in range(30):
                 raw = await client.chat.completions.with_raw_response.create(
@@ -145,29 +147,16 @@ def test_prefix_affinity_can_be_turned_off() -> None:
     run(scenario)
 
 
+def test_prefix_affinity_can_be_turned_off() -> None:
+    _resent_30_times({"enabled": False}, [{"role": "system", "content": SYSTEM}])
+
+
 def test_a_prompt_shorter_than_one_block_has_no_affinity() -> None:
     """One short prompt resent by every client (a probe, a load generator, a new user's
     first tries) has no whole block a server could cache: it is spread by the pressure
     pick like any other request, not kept on the site that served it first, and no
     affinity outcome is counted for it. Affinity on (the default)."""
-
-    async def scenario() -> None:
-        sites = {n: fake(n) for n in ("a", "b", "c")}
-        async with running_grid(sites, prefix_affinity={"exploration": 0.0}) as g:
-            g.gw.current.rng = Random(3)
-            g.feed({s: (0.0, 0.0, 20.0) for s in ("a", "b", "c")})
-            client = g.client()
-            got = set()
-            for _ in range(30):
-                raw = await client.chat.completions.with_raw_response.create(
-                    model=MODEL,
-                    messages=[{"role": "user", "content": "Say something."}],
-                )
-                got.add(raw.headers["x-grid-site"])
-            assert got == {"a", "b", "c"}
-            assert sum(_outcomes(g).values()) == 0.0
-
-    run(scenario)
+    _resent_30_times({"exploration": 0.0}, [{"role": "user", "content": "Say something."}])
 
 
 def test_the_gateway_config_carries_the_block() -> None:
