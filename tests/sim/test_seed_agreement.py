@@ -332,6 +332,14 @@ def test_past_capacity_does_not_explain_a_run_that_leaves_slots_idle() -> None:
         (632, "s0", "seed_pairs"),
         (632, "s1", "seed_pairs"),
         (632, "s2", "seed_pairs"),
+        # Past 960 worlds: the seed overshot a site that the gainer beats, and the pairs
+        # it wins went with it (`_dropped_pairs`). 1215 (one gateway): s7, s6's
+        # group-mate (their pair 22.8 % by the draw and by gridroute, 6.6 % by the seed,
+        # none without s7), and s5's loss that paid s6; 1221: s0, the one site s4 beats
+        # (10.1 % by the draw, 5.9 % by gridroute, 0.4 % by the seed).
+        (1215, "s6", "seed_pairs"),
+        (1215, "s5", "seed_pairs"),
+        (1221, "s4", "seed_pairs"),
         # Sites mostly held from outside that gridroute's ranking of other gateways' load
         # at its share left the fullest of all (+8 to +20 points over 5 streams). Ranked
         # nearer whole there (`view.OUTSIDE_RANKED_WHOLE_FROM`), 326 s0 and 343 s2 are
@@ -420,6 +428,51 @@ def test_seed_pairs_weighs_the_draw_as_the_plan_does() -> None:
         ("c",): pytest.approx(pair("c", "b")),
         ("b",): pytest.approx(0.0),
     }
+
+
+@pytest.mark.parametrize(
+    ("seed_overshot", "named"),
+    [
+        ({"c"}, {"a", "d", "b", "c"}),
+        ({"b"}, {"a", "d", "b", "c"}),
+        ({"a"}, set()),
+        ({"d"}, set()),
+    ],
+)
+def test_seed_pairs_names_the_pairs_the_seeds_overshoot_dropped(
+    seed_overshot: set[str], named: set[str]
+) -> None:
+    """`_seed_pairs` (`_dropped_pairs`): four equal sites, gridroute's shares the pair
+    draw's at its loads (`a` wins 3 of 6 pairs, `d` 2, `b` and `c`, within the noise of
+    each other, the pair between them), and the seed sent `b` and `c` 5 % where the
+    draw gives them 16.7 %. A site the seed overshot leaves its tier, and with it the
+    pairs it was drawn in: without `b` or `c` the other wins no pair at all, so the seed's
+    5 % is what its own draw gives, and both gains (and the losses that paid them) are
+    named (worlds 1215 s6 and 1221 s4). An overshoot only at an emptier site drops no
+    pair `b` or `c` wins, so their gains stay `unexplained`."""
+    from gridroute.sim.compare import UNEXPLAINED, _seed_pairs
+
+    sc = _held_sites([("a", 100, 40), ("d", 100, 60), ("b", 100, 80), ("c", 100, 80)], 30)
+    room = ["a", "d", "b", "c"]
+    ours = {"a": 1 / 2, "d": 1 / 3, "b": 1 / 12, "c": 1 / 12}
+    ref = {"a": 0.55, "d": 0.40, "b": 0.045, "c": 0.005}
+    over = {n: 5 if n in seed_overshot else 0 for n in room}
+    rows = {
+        "gridroute": {"requests": 100_000, "shares": ours},
+        "saturation": {"requests": 100_000, "shares": ref, "overshoot_by_site": over},
+    }
+    diffs = [
+        SiteDiff(
+            n,
+            {"gridroute": ours[n], "saturation": ref[n]},
+            {"gridroute": 0, "saturation": over[n]},
+            ours[n] - ref[n],
+            UNEXPLAINED,
+        )
+        for n in room
+    ]
+    out = _seed_pairs(sc, room, diffs, rows, "gridroute", "saturation", 30, 0.05)
+    assert {d.site for d in out if d.departure == "seed_pairs"} == named
 
 
 @pytest.mark.parametrize(("taker_held", "departure"), [(50, "counted_load"), (75, "unexplained")])

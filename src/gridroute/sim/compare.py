@@ -53,8 +53,9 @@ independent draws) is named by the rule that explains it where one does (`depart
   gridroute's own loads (capacity-weighted pairs, each won by its emptier site; sites
   within the noise of each other grouped, either may win) gives every group of sites
   with room the share gridroute gave it, within the tolerance (`_pair_groups`); then a
-  site that gained, which the reference overshot and gridroute did not, and the sites
-  that gave up those points (overshot by gridroute no more than by the reference) are
+  site that gained, which gridroute did not overshoot and which the reference
+  overshot or whose pairs its overshoot dropped (`_dropped_pairs`), and the sites that
+  gave up those points (overshot by gridroute no more than by the reference) are
   named, unless the site's group is every site with room (the draw then says nothing).
   Never where any group is off its draw: a ranking that misreads one site leaves
   gridroute's loads other than the pair draw's;
@@ -657,9 +658,9 @@ def _seed_pairs(
     requests queued there behind outside load, and a reading at rho 1 or more holds a
     site out of its tier), while gridroute, with no overshoot there, kept it in and gave
     every site with room what the seed's own pair draw gives it at gridroute's loads
-    (`_pair_groups`). Then the site that gained, which the reference overshot, and the
-    sites that gave those points up (overshot by gridroute no more than by the
-    reference) are named.
+    (`_pair_groups`). Then a site that gained, which the reference overshot or whose
+    pairs its overshoot dropped (`_dropped_pairs`), and the sites that gave those points
+    up (overshot by gridroute no more than by the reference) are named.
 
     Only where every group of sites is within the tolerance of its draw's share, and
     the gaining site's group is not every site with room (all within the noise of each
@@ -680,12 +681,13 @@ def _seed_pairs(
     if any(abs(sum(shares[n] for n in g) - drawn) > tolerance for g, drawn in groups):
         return diffs
     told = {n for g, _ in groups if len(g) < len(room) for n in g}
+    dropped = _dropped_pairs(sc, room, groups, over_ref, diffs, rows, ours, ref, clients, tolerance)
     gains = [
         d
         for d in diffs
         if d.departure == UNEXPLAINED
         and d.delta > 0
-        and d.site in over_ref
+        and (d.site in over_ref or d.site in dropped)
         and d.site in told
         and d.overshoot[ours] == 0
     ]
@@ -706,6 +708,47 @@ def _seed_pairs(
         if d.site in named:
             d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, SEED_PAIRS)
         out.append(d)
+    return out
+
+
+def _dropped_pairs(
+    sc: Scenario,
+    room: list[str],
+    groups: list[tuple[list[str], float]],
+    over_ref: set[str],
+    diffs: list[SiteDiff],
+    rows: dict[str, dict[str, Any]],
+    ours: str,
+    ref: str,
+    clients: int,
+    tolerance: float,
+) -> set[str]:
+    """The sites of every group the reference sent less than its draw gives it, past the
+    tolerance, where its draw without the sites the reference overshot in that group or
+    a fuller one (held out of the reference's tier by its reading after the overshoot)
+    gives the group no more than the reference did, within the tolerance. Those sites
+    lost the pairs they win (against their group or fuller sites) because the reference
+    took the sites they beat out of its tier: world 1215's s6, whose group-mate s7 the
+    seed overshot (the pair 22.8 % by the draw, 6.6 % by the seed, 0 without s7), and
+    1221's s4, whose one fuller site s0 it overshot (10.1 %, 0.4 %, 0). Sites the
+    reference overshot in emptier groups only take pairs from the group, so they are not
+    removed; with fewer than three sites left the reference draws by its two-site
+    formula, which this does not model, so nothing is named."""
+    share = {d.site: d.shares[ref] for d in diffs}
+    out: set[str] = set()
+    for k, (group, drawn) in enumerate(groups):
+        theirs = sum(share[n] for n in group)
+        if drawn - theirs <= tolerance:
+            continue
+        gone = {n for g, _ in groups[k:] for n in g if n in over_ref}
+        left = [n for n in room if n not in gone]
+        if not gone or len(left) < 3:
+            continue
+        kept = sum(
+            p for g, p in _pair_groups(sc, left, rows[ours], clients) if set(g) <= set(group)
+        )
+        if kept <= theirs + tolerance:
+            out.update(group)
     return out
 
 
