@@ -681,7 +681,8 @@ def _seed_pairs(
     if any(abs(sum(shares[n] for n in g) - drawn) > tolerance for g, drawn in groups):
         return diffs
     told = {n for g, _ in groups if len(g) < len(room) for n in g}
-    dropped = _dropped_pairs(sc, room, groups, over_ref, diffs, rows, ours, ref, clients, tolerance)
+    theirs = {d.site: d.shares[ref] for d in diffs}
+    dropped = _dropped_pairs(sc, room, groups, over_ref, theirs, rows[ours], clients, tolerance)
     gains = [
         d
         for d in diffs
@@ -716,10 +717,8 @@ def _dropped_pairs(
     room: list[str],
     groups: list[tuple[list[str], float]],
     over_ref: set[str],
-    diffs: list[SiteDiff],
-    rows: dict[str, dict[str, Any]],
-    ours: str,
-    ref: str,
+    theirs: dict[str, float],
+    row: dict[str, Any],
     clients: int,
     tolerance: float,
 ) -> set[str]:
@@ -734,20 +733,17 @@ def _dropped_pairs(
     reference overshot in emptier groups only take pairs from the group, so they are not
     removed; with fewer than three sites left the reference draws by its two-site
     formula, which this does not model, so nothing is named."""
-    share = {d.site: d.shares[ref] for d in diffs}
     out: set[str] = set()
     for k, (group, drawn) in enumerate(groups):
-        theirs = sum(share[n] for n in group)
-        if drawn - theirs <= tolerance:
+        sent = sum(theirs[n] for n in group)
+        if drawn - sent <= tolerance:
             continue
         gone = {n for g, _ in groups[k:] for n in g if n in over_ref}
         left = [n for n in room if n not in gone]
         if not gone or len(left) < 3:
             continue
-        kept = sum(
-            p for g, p in _pair_groups(sc, left, rows[ours], clients) if set(g) <= set(group)
-        )
-        if kept <= theirs + tolerance:
+        kept = sum(p for g, p in _pair_groups(sc, left, row, clients) if set(g) <= set(group))
+        if kept <= sent + tolerance:
             out.update(group)
     return out
 
