@@ -480,6 +480,65 @@ def test_seed_pairs_names_the_pairs_the_seeds_overshoot_dropped(
     assert {d.site for d in out if d.departure == "seed_pairs"} == named
 
 
+@pytest.mark.parametrize(
+    ("ref", "named"),
+    [
+        ({"a": 0.45, "d": 0.4, "b": 0.08, "c": 0.07, "f": 0.0}, {"a", "d", "b", "c"}),
+        ({"a": 0.5, "d": 0.45, "b": 0.03, "c": 0.02, "f": 0.0}, set()),
+    ],
+)
+def test_seed_pairs_reads_what_an_overshoot_at_a_fuller_site_drops(
+    ref: dict[str, float], named: set[str]
+) -> None:
+    """`_dropped_pairs`, the shape of world 1221: five equal sites, the group `b`-`c` wins
+    30 % of the pairs (its own and those with the fullest, `f`), and the seed overshot
+    only `f`. Without `f` the group still wins its own pair, 1/6 of the draw over four
+    sites. A seed share of 15 % is then what its draw without `f` explains (the gains and
+    the losses that paid them are named); 5 % is not: losing `f` explains part of the
+    shortfall only, and the gains stay `unexplained`."""
+    from gridroute.sim.compare import UNEXPLAINED, _seed_pairs
+
+    sites = [("a", 100, 30), ("d", 100, 50), ("b", 100, 70), ("c", 100, 70), ("f", 100, 90)]
+    sc = _held_sites(sites, 30)
+    room = [n for n, _, _ in sites]
+    ours = {"a": 0.4, "d": 0.3, "b": 0.15, "c": 0.15, "f": 0.0}
+    over = {n: 5 if n == "f" else 0 for n in room}
+    rows = {
+        "gridroute": {"requests": 100_000, "shares": ours},
+        "saturation": {"requests": 100_000, "shares": ref, "overshoot_by_site": over},
+    }
+    diffs = [
+        SiteDiff(
+            n,
+            {"gridroute": ours[n], "saturation": ref[n]},
+            {"gridroute": 0, "saturation": over[n]},
+            ours[n] - ref[n],
+            UNEXPLAINED,
+        )
+        for n in room
+    ]
+    out = _seed_pairs(sc, room, diffs, rows, "gridroute", "saturation", 30, 0.05)
+    assert {d.site for d in out if d.departure == "seed_pairs"} == named
+
+
+@pytest.mark.parametrize(("share", "named"), [(0.5, True), (0.55, False)])
+def test_share_ranked_past_sixty_percent_reads_the_pairs_flipped_not_the_emptiest(
+    share: float, named: bool
+) -> None:
+    """`_ranked_fullest` (review): five gateways; `a`, 65 % held, is the fullest as it
+    is (0.80 against 0.78) and read emptier than `b` and `c` (0.73 against 0.77), but
+    not than `e`, the emptiest (0.29), which "the emptiest as read" required. The pairs
+    `a` wins as read, with `b` and `c`, are 46.7 % of the draw: a share of 50 % is
+    within the tolerance of them; 55 % is not."""
+    from gridroute.sim.compare import _ranked_fullest
+
+    sites = [("a", 200, 130), ("b", 100, 75), ("c", 100, 75), ("e", 100, 20)]
+    sc = _held_sites(sites, 60, 5)
+    shares = {"a": share, "b": 0.05, "c": 0.05, "e": 0.9 - share}
+    row = {"requests": 100_000, "shares": shares}
+    assert _ranked_fullest(sc, ["a", "b", "c", "e"], "a", row, 60) is named
+
+
 @pytest.mark.parametrize(("taker_held", "departure"), [(50, "counted_load"), (75, "unexplained")])
 def test_a_loss_is_counted_load_only_where_its_taker_is_left_no_fuller(
     taker_held: int, departure: str
