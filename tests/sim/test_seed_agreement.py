@@ -435,6 +435,38 @@ def test_seed_pairs_weighs_the_draw_as_the_plan_does() -> None:
     }
 
 
+def _named_seed_pairs(
+    sites: list[tuple[str, int, int]],
+    ours: dict[str, float],
+    ref: dict[str, float],
+    seed_overshot: set[str],
+) -> set[str]:
+    """The sites `_seed_pairs` names where gridroute's and the seed's shares of 100,000
+    requests each (30 clients, one gateway) are `ours` and `ref`, the seed overshot
+    `seed_overshot` 5 times each, and every difference reads `unexplained` before it."""
+    from gridroute.sim.compare import UNEXPLAINED, _seed_pairs
+
+    sc = _held_sites(sites, 30)
+    room = [n for n, _, _ in sites]
+    over = {n: 5 if n in seed_overshot else 0 for n in room}
+    rows = {
+        "gridroute": {"requests": 100_000, "shares": ours},
+        "saturation": {"requests": 100_000, "shares": ref, "overshoot_by_site": over},
+    }
+    diffs = [
+        SiteDiff(
+            n,
+            {"gridroute": ours[n], "saturation": ref[n]},
+            {"gridroute": 0, "saturation": over[n]},
+            ours[n] - ref[n],
+            UNEXPLAINED,
+        )
+        for n in room
+    ]
+    out = _seed_pairs(sc, room, diffs, rows, "gridroute", "saturation", 30, 0.05)
+    return {d.site for d in out if d.departure == "seed_pairs"}
+
+
 @pytest.mark.parametrize(
     ("seed_overshot", "named"),
     [
@@ -455,29 +487,10 @@ def test_seed_pairs_names_the_pairs_the_seeds_overshoot_dropped(
     5 % is what its own draw gives, and both gains (and the losses that paid them) are
     named (worlds 1215 s6 and 1221 s4). An overshoot only at an emptier site drops no
     pair `b` or `c` wins, so their gains stay `unexplained`."""
-    from gridroute.sim.compare import UNEXPLAINED, _seed_pairs
-
-    sc = _held_sites([("a", 100, 40), ("d", 100, 60), ("b", 100, 80), ("c", 100, 80)], 30)
-    room = ["a", "d", "b", "c"]
+    sites = [("a", 100, 40), ("d", 100, 60), ("b", 100, 80), ("c", 100, 80)]
     ours = {"a": 1 / 2, "d": 1 / 3, "b": 1 / 12, "c": 1 / 12}
     ref = {"a": 0.55, "d": 0.40, "b": 0.045, "c": 0.005}
-    over = {n: 5 if n in seed_overshot else 0 for n in room}
-    rows = {
-        "gridroute": {"requests": 100_000, "shares": ours},
-        "saturation": {"requests": 100_000, "shares": ref, "overshoot_by_site": over},
-    }
-    diffs = [
-        SiteDiff(
-            n,
-            {"gridroute": ours[n], "saturation": ref[n]},
-            {"gridroute": 0, "saturation": over[n]},
-            ours[n] - ref[n],
-            UNEXPLAINED,
-        )
-        for n in room
-    ]
-    out = _seed_pairs(sc, room, diffs, rows, "gridroute", "saturation", 30, 0.05)
-    assert {d.site for d in out if d.departure == "seed_pairs"} == named
+    assert _named_seed_pairs(sites, ours, ref, seed_overshot) == named
 
 
 @pytest.mark.parametrize(
@@ -496,29 +509,9 @@ def test_seed_pairs_reads_what_an_overshoot_at_a_fuller_site_drops(
     sites. A seed share of 15 % is then what its draw without `f` explains (the gains and
     the losses that paid them are named); 5 % is not: losing `f` explains part of the
     shortfall only, and the gains stay `unexplained`."""
-    from gridroute.sim.compare import UNEXPLAINED, _seed_pairs
-
     sites = [("a", 100, 30), ("d", 100, 50), ("b", 100, 70), ("c", 100, 70), ("f", 100, 90)]
-    sc = _held_sites(sites, 30)
-    room = [n for n, _, _ in sites]
     ours = {"a": 0.4, "d": 0.3, "b": 0.15, "c": 0.15, "f": 0.0}
-    over = {n: 5 if n == "f" else 0 for n in room}
-    rows = {
-        "gridroute": {"requests": 100_000, "shares": ours},
-        "saturation": {"requests": 100_000, "shares": ref, "overshoot_by_site": over},
-    }
-    diffs = [
-        SiteDiff(
-            n,
-            {"gridroute": ours[n], "saturation": ref[n]},
-            {"gridroute": 0, "saturation": over[n]},
-            ours[n] - ref[n],
-            UNEXPLAINED,
-        )
-        for n in room
-    ]
-    out = _seed_pairs(sc, room, diffs, rows, "gridroute", "saturation", 30, 0.05)
-    assert {d.site for d in out if d.departure == "seed_pairs"} == named
+    assert _named_seed_pairs(sites, ours, ref, {"f"}) == named
 
 
 @pytest.mark.parametrize(("share", "named"), [(0.5, True), (0.55, False)])
