@@ -438,8 +438,7 @@ def _ranked_last(
     ran (more is never on purpose), and the site left the fullest of the sites with
     room gridroute uses as it is, taking no more than the pairs it wins as the sound
     ranking reads them (`_ranked_fullest`: the ranking's discount drew the picks). No
-    rule reads this
-    name, so naming it last changes no other site's verdict."""
+    rule reads this name, so naming it last changes no other site's verdict."""
     if len(sc.gateway_shares) <= 1:
         return c
     ours, ref = sides([p.value for p in policies])
@@ -752,10 +751,7 @@ def _dropped_pairs(
         # site of an emptier group into this one: review).
         mine = [n for n in group if n not in gone]
         fuller = [n for g, _ in groups[k + 1 :] for n in g if n not in gone]
-        weight = _draw_weights(sc, left)
-        kept = sum(
-            _pair_chance(weight, a, b) for x, a in enumerate(mine) for b in mine[x + 1 :]
-        ) + sum(_pair_chance(weight, a, b) for a in mine for b in fuller)
+        kept = _group_draw(_draw_weights(sc, left), mine, fuller)
         if kept <= sent + tolerance:
             out.update(group)
     return out
@@ -800,14 +796,10 @@ def _pair_groups(
                 continue
         groups.append([name])
 
-    def pair(a: str, b: str) -> float:
-        return _pair_chance(weight, a, b)
-
     out = []
     for k, group in enumerate(groups):
         fuller = [n for g in groups[k + 1 :] for n in g]
-        inside = sum(pair(a, b) for x, a in enumerate(group) for b in group[x + 1 :])
-        out.append((group, inside + sum(pair(a, b) for a in group for b in fuller)))
+        out.append((group, _group_draw(weight, group, fuller)))
     return out
 
 
@@ -816,6 +808,14 @@ def _draw_weights(sc: Scenario, room: list[str]) -> dict[str, float]:
     to `explore_floor` of the largest site (room or not)."""
     floor = AvailabilitySettings().explore_floor * max(s.slots for s in sc.sites)
     return {name: max(_site(sc, name).slots, floor) for name in room}
+
+
+def _group_draw(weight: dict[str, float], group: list[str], fuller: list[str]) -> float:
+    """The share of requests the power of two choices gives `group`: the chance that a
+    pair drawn by `weight` has both sites in it, or one there and the other in `fuller`
+    (each pair won by its emptier site)."""
+    inside = sum(_pair_chance(weight, a, b) for x, a in enumerate(group) for b in group[x + 1 :])
+    return inside + sum(_pair_chance(weight, a, b) for a in group for b in fuller)
 
 
 def _pair_chance(weight: dict[str, float], a: str, b: str) -> float:
