@@ -13,6 +13,7 @@ every run tries the same worlds):
 from __future__ import annotations
 
 from random import Random
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import assume, given, settings
@@ -589,8 +590,6 @@ def test_fair_share_is_not_a_loss_to_a_fuller_site_mostly_held_from_outside(
     loss is not `fair_share` (review of the harness: world 519 with the external-
     ranking fix undone). A fuller `g` at most 60 % held (20 slots, 11 held: 0.95) is
     the share ranking's, and an emptier one (0.68) is no sign of it: `fair_share`."""
-    from types import SimpleNamespace
-
     from gridroute.sim.compare import _compare
 
     slots, held = gainer
@@ -618,6 +617,13 @@ def test_fair_share_is_not_a_loss_to_a_fuller_site_mostly_held_from_outside(
 _NO_OVER = {"gridroute": 0, "saturation": 0}
 
 
+def _run_at_a(shares: dict[str, float], over: int) -> SimpleNamespace:
+    """A run's result as `_compare` reads it: `shares` of 100,000 requests, `over`
+    overshoots in all, every one at site `a`."""
+    row = {"requests": 100_000, "overshoot": over, "shares": shares}
+    return SimpleNamespace(row={**row, "overshoot_by_site": {"a": over}})
+
+
 @pytest.mark.parametrize(
     ("gateways", "ours_over", "ref_over", "ranked"),
     [(5, 1, 5, True), (5, 3, 0, False), (1, 1, 5, False)],
@@ -634,16 +640,12 @@ def test_a_gain_the_share_ranking_reads_emptier_is_share_ranked_past_sixty_perce
     `a` more than the seed is never on purpose, whatever the reading. (gridroute
     overshot `a` once, as in world 670, so `counted_load`, which the gain from sites
     more held from outside would otherwise read first, does not name it.)"""
-    from types import SimpleNamespace
-
     from gridroute.sim.compare import _compare, _ranked_fullest, _ranked_last
 
     sc = _held_sites([("a", 200, 130), ("b", 100, 80), ("c", 100, 80)], 60, gateways)
 
     def run(a: float, over: int) -> SimpleNamespace:
-        shares = {"a": a, "b": (1.0 - a) / 2, "c": (1.0 - a) / 2}
-        row = {"requests": 100_000, "overshoot": over, "shares": shares}
-        return SimpleNamespace(row={**row, "overshoot_by_site": {"a": over}})
+        return _run_at_a({"a": a, "b": (1.0 - a) / 2, "c": (1.0 - a) / 2}, over)
 
     results = {"gridroute": run(0.8, ours_over), "saturation": run(0.6, ref_over)}
     reads = _ranked_fullest(sc, ["a", "b", "c"], "a", results["gridroute"].row, 60)
@@ -659,21 +661,14 @@ def test_share_ranked_past_sixty_percent_needs_the_pairs_it_reads_itself_winning
     barely uses reads near its held fraction (0.88). "Not the fullest as read" would
     then name any gain at `a`; the pairs `a` wins as read (against `d` alone) are 23 %
     of the draw, not its 80 %, so its gain is not the share ranking's."""
-    from types import SimpleNamespace
-
     from gridroute.sim.compare import _compare, _ranked_fullest, _ranked_last
 
     sites = [("a", 200, 130), ("b", 100, 60), ("c", 100, 60), ("d", 100, 88)]
     sc = _held_sites(sites, 60, 5)
-
-    def run(shares: dict[str, float], over: int) -> SimpleNamespace:
-        row = {"requests": 100_000, "overshoot": over, "shares": shares}
-        return SimpleNamespace(row={**row, "overshoot_by_site": {"a": over}})
-
     ours = {"a": 0.8, "b": 0.0995, "c": 0.0995, "d": 0.001}
     results = {
-        "gridroute": run(ours, 1),
-        "saturation": run({"a": 0.6, "b": 0.2, "c": 0.2, "d": 0.0}, 5),
+        "gridroute": _run_at_a(ours, 1),
+        "saturation": _run_at_a({"a": 0.6, "b": 0.2, "c": 0.2, "d": 0.0}, 5),
     }
     assert not _ranked_fullest(sc, ["a", "b", "c", "d"], "a", results["gridroute"].row, 60)
     c = _ranked_last(sc, _compare(sc, 60, results, BOTH, 0.05), BOTH)  # type: ignore[arg-type]
@@ -799,8 +794,6 @@ def test_stream_noise_needs_no_more_overshoot_over_every_stream(  # type: ignore
     """Run on more streams, a site whose shares agree there is `stream_noise` only where
     gridroute overshot it no more than the reference over all of them, the world's own
     included: equal shares do not excuse overshooting a site more."""
-    from types import SimpleNamespace
-
     from gridroute.sim import compare as cmp
 
     def run(sc, policy, clients):  # type: ignore[no-untyped-def]
