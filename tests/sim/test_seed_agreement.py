@@ -545,16 +545,18 @@ def test_share_ranked_past_sixty_percent_reads_the_pairs_flipped_not_the_empties
     assert _ranked_fullest(sc, ["a", "b", "c", "e"], "a", row, 60) is named
 
 
-def _moved(sc: Scenario, diffs: list[SiteDiff]) -> list[str | None]:
-    """How `diffs` read after `_moved_to_lower` (20 clients, 100,000 requests a policy,
-    each policy's shares those the diffs give it)."""
+def _moved(
+    sc: Scenario, diffs: list[SiteDiff], clients: int = 20, requests: int = 100_000
+) -> list[str | None]:
+    """How `diffs` read after `_moved_to_lower` (`requests` a policy, each policy's
+    shares those the diffs give it)."""
     from gridroute.sim.compare import _moved_to_lower
 
     rows = {
-        p: {"requests": 100_000, "shares": {d.site: d.shares[p] for d in diffs}}
+        p: {"requests": requests, "shares": {d.site: d.shares[p] for d in diffs}}
         for p in ("gridroute", "saturation")
     }
-    got = _moved_to_lower(sc, diffs, "gridroute", "saturation", 20, rows, 0.05)
+    got = _moved_to_lower(sc, diffs, "gridroute", "saturation", clients, rows, 0.05)
     return [d.departure for d in got]
 
 
@@ -635,10 +637,25 @@ def test_seed_pairs_names_shares_between_the_draw_and_the_seeds(
     assert _named_seed_pairs(sites, ours, ref, {"b", "c"}) == named
 
 
+def test_a_fuller_site_in_a_group_of_every_site_keeps_a_loss_unexplained() -> None:
+    """`_moved_to_lower` (review): three equal sites left at 0.60, 0.63 and 0.67 over
+    2,000 requests, within the noise of each other one after the next, so one group:
+    its draw is every request, which says nothing of what `o`, fuller than the losing
+    `l`, may take. `l`'s loss stays `unexplained`."""
+    sc = _held_sites([("t", 100, 15), ("l", 100, 33), ("o", 100, 42)], 100)
+    diffs = [
+        SiteDiff("t", {"gridroute": 0.45, "saturation": 0.15}, _NO_OVER, 0.3, "counted_load"),
+        SiteDiff("l", {"gridroute": 0.3, "saturation": 0.6}, _NO_OVER, -0.3, "unexplained"),
+        SiteDiff("o", {"gridroute": 0.25, "saturation": 0.25}, _NO_OVER, 0.0, None),
+    ]
+    assert _moved(sc, diffs, clients=100, requests=2_000) == ["counted_load", "unexplained", None]
+
+
 @pytest.mark.parametrize(
     ("ours", "named"),
     [
         ({"a": 0.55, "b": 0.3, "c": 0.15}, set()),
+        # within the tolerance of the draw everywhere: the rule as it was
         ({"a": 0.64, "b": 0.31, "c": 0.05}, {"a", "b", "c"}),
     ],
 )
@@ -655,6 +672,55 @@ def test_seed_pairs_between_the_draw_and_the_seed_leans_to_the_emptier_sites(
     sites = [("a", 100, 40), ("b", 100, 60), ("c", 100, 90)]
     ref = {"a": 0.35, "b": 0.45, "c": 0.2}
     assert _named_seed_pairs(sites, ours, ref, {"a"}) == named
+
+
+@pytest.mark.parametrize(
+    ("ours", "named"),
+    [
+        ({"a": 0.75, "b": 0.22, "c": 0.03}, {"a", "b"}),
+        ({"a": 0.70, "b": 0.23, "c": 0.07}, set()),
+    ],
+)
+def test_seed_pairs_between_the_draw_and_the_seed_past_the_draws_tolerance(
+    ours: dict[str, float], named: set[str]
+) -> None:
+    """`_drawn_or_toward_seed` past the draw's tolerance: three equal sites, the draw
+    2/3, 1/3 and 0 (`a` emptiest); the seed overshot `b` and `c` and sent `a` 90 %.
+    `a` at 75 % (8 points past its draw, toward the seed's) with `b` and `c` between
+    theirs: the gain at `b` and `a`'s loss are named. `c` at 7 % where its pairs give
+    none (between that and the seed's 3 %, within the tolerance) leans to the fuller
+    site: `a` and `b` together 93 %, under their pairs' 100 % less the tolerance, and
+    nothing is named."""
+    sites = [("a", 100, 40), ("b", 100, 60), ("c", 100, 90)]
+    ref = {"a": 0.9, "b": 0.07, "c": 0.03}
+    assert _named_seed_pairs(sites, ours, ref, {"b", "c"}) == named
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/selection.md, seed_pairs): a move between group-mates",
+)
+def test_seed_pairs_sees_a_misreading_between_sites_within_the_noise(  # type: ignore[no-untyped-def]
+    monkeypatch,
+) -> None:
+    """World 253 with all load not a gateway's own ranked at 0.6 of it (the bench's
+    `misread-outside:0.6`): the defect sends s0, 95 % held, 9.5 % where the sound
+    ranking sends 5.7 % (the seed 2.7 %), and leaves it at 0.970 beside s1's 0.963,
+    within the noise of each other: one group, inside which the draw says nothing of
+    who wins. The group's share is between the draw's and the seed's, so the gain reads
+    `seed_pairs`; it read `unexplained` before shares between the two were read (the
+    move is 3.8 points, under one run's noise, so the bench does not count it)."""
+    from gridroute.core import view
+
+    saved = view.SiteView.__post_init__
+
+    def misread(self: view.SiteView) -> None:
+        saved(self)
+        object.__setattr__(self, "ranked_others", self.ranked_others * 0.6)
+
+    monkeypatch.setattr(view.SiteView, "__post_init__", misread)
+    _, d = _judged(_outside(253), "s0")
+    assert d.departure == "unexplained"
 
 
 @pytest.mark.parametrize(
