@@ -927,9 +927,10 @@ def test_stream_noise_names_a_difference_of_one_request_stream(  # type: ignore[
 )
 def test_open_departures_past_the_harness_worlds(world_id: int, site: str) -> None:
     """Generated worlds past `bench/bench_differential.py`'s 120 (to 1439) where a
-    site's share still differs from the seed's with no rule naming why. Each is expected to fail
-    until the policy (or a rule the docs can defend) explains it; a pass fails the
-    suite, so the fix is seen and the entry moves to the named regressions above."""
+    site's share still differs from the seed's with no rule naming why. Each is
+    expected to fail until the policy (or a rule the docs can defend) explains it; a
+    pass fails the suite, so the fix is seen and the entry moves to the named
+    regressions above."""
     sc = _outside(world_id)
     c, d = _judged(sc, site)
     assert d.departure != "unexplained", c.as_dict()

@@ -520,12 +520,12 @@ def _moved_to_lower(
     site's group is not every one of them and does not hold the losing site: review),
     whose points went to sites that gained (no overshoot of gridroute's there; named
     `counted_load`, or `share_ranked` as `_compare` names it, at most 60 % held, or
-    within the tolerance), each left by gridroute at a pressure no higher than the reference left
-    this site at. Picks moved from where the seed's poll-old reading left more load
-    toward the lower pressure, and no further than level: the seed's pressure rule read
-    on counted load. Those takers' gains, each point counted once, must cover the loss
-    (less its noise); losses are read fullest first, so the order of the sites does not
-    matter. World 1069 (four gateways): the seed left s3 at 0.627 beside s0 and s4 at
+    within the tolerance), each left by gridroute at a pressure no higher than the
+    reference left this site at. Picks moved from where the seed's poll-old reading left
+    more load toward the lower pressure, and no further than level: the seed's pressure
+    rule read on counted load. Those takers' gains, each point counted once, must cover
+    the loss (less its noise); losses are read fullest first, so the order of the sites
+    does not matter. World 1069 (four gateways): the seed left s3 at 0.627 beside s0 and s4 at
     0.594 and 0.585; gridroute levels the three at 0.604-0.607, s4's gain named
     `share_ranked`, s0's within the tolerance, and two sites 75 % held take 3.7 % and
     1.3 %, within the 5.6 % their one pair gives them.
@@ -537,10 +537,10 @@ def _moved_to_lower(
     The gain was named; the loss it came from was not. A ranking that reads some site
     emptier than it is leaves that site fuller than the sites it took from, and taking
     more than the pairs it wins, whether it gained past the tolerance or not, so no loss
-    beside it is named (review: a
-    ranking of other load at 0.6 of it in world 545 sent 90 %-held s2 13.9 %, within
-    the tolerance of the seed's share and the fullest site at 0.928, while s1's loss
-    was paid from s0's gain: the fullest-site condition keeps s1 `unexplained`)."""
+    beside it is named (review: a ranking of other load at 0.6 of it in world 545 sent
+    90 %-held s2 13.9 %, within the tolerance of the seed's share and the fullest site
+    at 0.928, while s1's loss was paid from s0's gain: the fullest-site condition keeps
+    s1 `unexplained`)."""
     requests = rows[ours]["requests"]
     pool = {
         d.site: d.delta
