@@ -103,3 +103,31 @@ def test_compare_refuses_a_negative_confirm() -> None:
         app, ["sim", "compare", str(EXAMPLES / "seed-partition.yaml"), "--confirm", "-1"]
     )
     assert result.exit_code == 2 and "--confirm" in result.output
+
+
+def test_compare_shows_the_level_share_a_level_departure_is_read_against(
+    tmp_path: Path,
+) -> None:
+    """World 602 of the harness, as a user's own scenario: the seed's run collapsed
+    (its requests queued behind outside load) and sent s1 1.1 %; gridroute's 16.3 % is
+    within 5 points of the level share (13.6 %: the clients spread so that every site
+    they use ends at one pressure). The table's `why` and the JSON say so."""
+    from random import Random
+
+    import yaml
+
+    from gridroute.sim.compare import world
+
+    scenario = tmp_path / "world-602.yaml"
+    scenario.write_text(yaml.safe_dump(world(Random("outside:602"), external=(0.5, 1.2))))
+    out = tmp_path / "compare.json"
+    result = CliRunner().invoke(
+        app, ["sim", "compare", str(scenario), "--json", str(out)], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())["rows"]
+    (s1,) = [s for s in row["sites"] if s["site"] == "s1"]
+    assert s1["departure"] == "level", s1
+    assert s1["level_share"] == [pytest.approx(0.1359, abs=1e-4)] * 2, s1
+    assert "level (8 streams" in result.output and "level share 0.136" in result.output
+    assert "explained by a named rule" in result.output

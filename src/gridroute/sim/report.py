@@ -199,11 +199,15 @@ def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
 
 def _why(d: SiteDiff) -> str:
     """The departure, and where it was run on more streams, the mean difference over
-    them with its standard error (the evidence `stream_noise` rests on)."""
+    them with its standard error (the evidence `stream_noise` rests on); for `level`,
+    the level share gridroute's is read against."""
     why = d.departure or "-"
     summary = d.over_streams
     if summary is not None:
         why += f" ({len(d.streams)} streams: {summary[0]:+.3f} +- {summary[1]:.3f})"
+    if d.level is not None:
+        lo, hi = d.level
+        why += f" (level share {lo:.3f})" if lo == hi else f" (level share {lo:.3f}-{hi:.3f})"
     return why
 
 
