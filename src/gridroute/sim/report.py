@@ -206,8 +206,7 @@ def _why(d: SiteDiff) -> str:
     if summary is not None:
         why += f" ({len(d.streams)} streams: {summary[0]:+.3f} +- {summary[1]:.3f})"
     if d.level is not None:
-        lo, hi = d.level
-        why += f" (level share {lo:.3f})" if lo == hi else f" (level share {lo:.3f}-{hi:.3f})"
+        why += f" (level share {d.level:.3f})"
     return why
 
 
