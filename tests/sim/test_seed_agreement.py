@@ -922,8 +922,9 @@ def test_stream_noise_names_a_difference_of_one_request_stream(  # type: ignore[
         (599, "s2"),
         # the three sites with room within the noise of each other (one group: the draw
         # says nothing of any one); the seed overshot s0 and s4 and held them out.
-        # gridroute is at the level (8.9 and 87.0 % against 8.3 and 88.4 %), but s0's
-        # scrape failed for 4 s, long enough to be judged silent, so no level is read
+        # gridroute is at the level (8.9 and 87.0 % against 8.3 and 88.4 %), but the
+        # seed's pairs cannot reach it, and s0's scrape failed for 4 s (long enough to be
+        # judged silent), so no level is read
         (1262, "s0"),
         (1262, "s2"),
         # Worlds 960-1439, run first at the second stop of 2026-12-07 (out of sample):
