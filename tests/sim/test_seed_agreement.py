@@ -1038,7 +1038,7 @@ def _level_case(
         (0.30, 0.15, (3, 1), "unexplained"),  # overshot more over the streams
     ],
 )
-def test_level_names_a_share_within_the_tolerance_of_the_level_the_seed_is_further_from(
+def test_level_names_a_share_within_the_tolerance_of_the_level_the_seed_is_past(
     ours: float, ref: float, over: tuple[int, int], departure: str
 ) -> None:
     """`_at_level`: three equal sites 70 % held, 45 clients (level: a third each, at

@@ -569,10 +569,7 @@ def _reachable(sc: Scenario, room: list[str], level: dict[str, float]) -> bool:
     weight = _draw_weights(sc, room)
     for k in range(1, len(room)):
         for chosen in combinations(room, k):
-            outside = [n for n in room if n not in chosen]
-            apart = sum(
-                _pair_chance(weight, a, b) for x, a in enumerate(outside) for b in outside[x + 1 :]
-            )
+            apart = _group_draw(weight, [n for n in room if n not in chosen], [])
             if sum(level[n] for n in chosen) > 1.0 - apart + 1e-9:
                 return False
     return True
@@ -585,11 +582,11 @@ def level_shares(sc: Scenario, room: list[str], clients: int) -> dict[str, float
     outside take none."""
     if clients <= 0:
         return {name: 0.0 for name in room}
-    specs = sorted((_site(sc, name) for name in room), key=lambda s: _held(sc, s) / s.slots)
+    specs = sorted((_site(sc, name) for name in room), key=lambda s: _outside(sc, s.name))
     used: list[ScenarioSite] = []
     level = 0.0
     for spec in specs:
-        if used and _held(sc, spec) / spec.slots >= level:
+        if used and _outside(sc, spec.name) >= level:
             break
         used.append(spec)
         level = (clients + sum(_held(sc, s) for s in used)) / sum(s.slots for s in used)
