@@ -27,16 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridroute.core import (
-    AvailabilitySettings,
-    Decision,
-    OwnLoad,
-    Path,
-    Policy,
-    Snapshot,
-    decide,
-    view,
-)
+from gridroute.core import Decision, OwnLoad, Path, Policy, Snapshot, decide, view
 
 from .seed_worlds import MODEL, NOW, World, WorldSite, shares, snapshot, worlds
 
@@ -236,39 +227,3 @@ def test_regression_a_refresh_without_reports_keeps_external_load_ranked() -> No
     a = next(v for v in snap.views if v.site == "a")
     assert a.external == 90
     assert shares(snap, own, Policy.GRIDROUTE, N, 2)["a"] == 0
-
-
-def test_regression_two_sites_a_part_under_a_slot_beside_a_fuller_site_is_borrowed() -> None:
-    """Outside-load world 2048 of `bench/bench_differential.py`, at one instant: two sites
-    with room, 3 free slots of 8 beside 16 of 153, six gateways. This one's part of the
-    small site's free slots is half a slot, so its budget there is none and the large
-    site (rho 0.90 against 0.63) was the only site left within it: gridroute sent the
-    small site nothing, under the 10 % the seed's two-site clamp gives any site with
-    room. Past `BORROW_MARGIN` it now draws the two sites as the seed does and borrows
-    the small one when drawn, as the three-site pairs borrow their winner."""
-    world = World(
-        (WorldSite("s0", 8, 5, (0,) * 6), WorldSite("s1", 153, 137, (0,) * 6)),
-    )
-    snap, _ = snapshot(world)
-    small = next(v for v in snap.views if v.site == "s0")
-    assert small.budget < 1.0  # the floors: no whole slot of its own there
-    got = _compare(world, 11)
-    assert got["s0"][1] > 0.1  # the seed's split, past its clamp
-    assert abs(got["s0"][0] - got["s0"][1]) <= TOLERANCE, got
-    borrowed = [decide(snap, MODEL, Random(k), Policy.GRIDROUTE, {}) for k in range(400)]
-    assert {d.path for d in borrowed if d.view is not None and d.view.site == "s0"} == {Path.BORROW}
-    # With shedding on, never past a budget (as the three-site borrow).
-    snap, own = snapshot(world, AvailabilitySettings(shedding=True))
-    assert shares(snap, own, Policy.GRIDROUTE, N, 4)["s0"] == 0
-
-
-def test_two_sites_within_the_margin_keep_the_budget() -> None:
-    """The same six gateways where the large site is not `BORROW_MARGIN` fuller (rho
-    0.65 against 0.63): the budget holds and the small site is left unused, as the
-    floors mean (a fraction granted to every gateway at once collides at its last
-    slots; `GridState._whole`)."""
-    world = World(
-        (WorldSite("s0", 8, 5, (0,) * 6), WorldSite("s1", 153, 100, (0,) * 6)),
-    )
-    snap, own = snapshot(world)
-    assert shares(snap, own, Policy.GRIDROUTE, N, 3)["s0"] == 0

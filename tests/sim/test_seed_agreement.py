@@ -385,13 +385,6 @@ def test_past_capacity_does_not_explain_a_run_that_leaves_slots_idle() -> None:
         # stream (+4.3 and +2.4).
         (146, "s1", None),
         (233, "s5", None),
-        # Two sites in all, 6 gateways, 4 clients: the small site's 3 free slots are
-        # half a slot of each gateway's part, so the floors left the large one (90 %
-        # held) the only site within the budgets and gridroute sent the small one
-        # nothing, the seed 23 %. The seed's two-site split where the site left is
-        # `BORROW_MARGIN` fuller (`select.decide`): 17 %, and 83 % at the large one.
-        (2048, "s0", None),
-        (2048, "s1", None),
     ],
 )
 def test_regression_departures_found_by_the_harness_are_named(

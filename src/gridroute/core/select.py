@@ -11,11 +11,9 @@ Order of rules (site-selection.txt, "Site choice"):
    capacity and the lower rho wins (`pressure_p2c`); 2 sites, capacity / (1 + rho) with
    each share clamped to 10-90 % (`pressure_weighted`); 1 site (`single`). Missing rho:
    capacity draw (`capacity`). gridroute: past this gateway's fair share, a site that
-   still has room by the estimate is borrowed (`borrow`), and so is the seed's pick
-   where the one site left within the budget is far fuller (`BORROW_MARGIN`; with two
-   sites in all, by the two-site split). Overflow tiers keep the sites tied on the least
-   queue and draw by capacity (`queue_tie` for "not full", `saturated` for "all
-   healthy").
+   still has room by the estimate is borrowed (`borrow`). Overflow tiers keep the sites
+   tied on the least queue and draw by capacity (`queue_tie` for "not full", `saturated`
+   for "all healthy").
 4. Nothing healthy: live unmeasured candidates, then silent ones take it (`fallback`);
    then demoted ones (`last_resort`); then the front ready candidate (`last_resort`).
 
@@ -386,23 +384,6 @@ def decide(
                     # budget is left (never with shedding on, see below).
                     v = healthy[winner]
                     return Decision(Outcome.ROUTE, Path.BORROW, v, refused, None, rhos[winner])
-            elif n == 2 and len(seed) == 2 and len(tier) == 1 and affinity is None:
-                # The seed's two-site world, its budgets left at one site only: where
-                # that one is far fuller, split the two as the seed does (its 10-90 %
-                # clamp gives each site with room a tenth at least) and borrow the
-                # other when it is drawn. A small site whose free slots are a fraction
-                # of a slot per gateway was sent nothing (floored budgets) beside one
-                # 90 % full (outside-load world 2048: 0 % where the seed sends 23 %).
-                # Only with two sites in all: near capacity, the two with room among
-                # more are the rest filling up, and borrowing there overshot more
-                # (outside-load worlds 240-479: 48,205 overshoots to 48,368).
-                only = tier[0]
-                other = seed[0] if seed[1] == only else seed[1]
-                if not s.shedding and (rhos[only] or 0.0) - (rhos[other] or 0.0) >= BORROW_MARGIN:
-                    d = _in_room(healthy, weights, rhos, seed, rng, None, refused, spread, model)
-                    if d.view is healthy[other]:
-                        return replace(d, path=Path.BORROW)
-                    return d
             return _in_room(healthy, weights, rhos, tier, rng, affinity, refused, spread, model)
         if prefix is not None and prefix.settings.load_bound:
             # Past every budget: affinity does not choose (the outcome says so).
