@@ -39,8 +39,10 @@ independent draws) is named by the rule that explains it where one does (`depart
   excess queues under either policy, so overshoot there is forced, and the reference's
   shares follow the requests it queued for good behind outside load;
 * `two_site_weighted` (exactly two sites with slots free of outside load, under capacity,
-  gridroute sent more, no overshoot of its own there, and the reference overshot it (or
-  overshot it in the warm-up and still read it at rho 1 or more in the span), or,
+  gridroute sent more, overshooting it no more than the reference (the branch before
+  reads more as `unexplained`; world 1499: 2 to the seed's 111), and the reference
+  overshot it (or overshot it in the warm-up and still read it at rho 1 or more in the
+  span), or,
   while the site's scrape failed for part of the run, left it more than the tolerance
   under its own two-site share at its own load): the reference read the site full or
   queued after its own overshoot (the worst poll-old sample of its lookback), or had no
@@ -355,7 +357,6 @@ def _compare(
                 departure = SHARE_RANKED
             elif (
                 delta > 0
-                and over[ours] == 0
                 and name in room
                 and (
                     ref_over
@@ -373,7 +374,8 @@ def _compare(
             ):
                 # The seed overshot the site and then read it full or queued (reported
                 # rho, worst over the lookback), dropping it below the other site;
-                # gridroute kept it in the tier and gave it the two-site rule's share.
+                # gridroute kept it in the tier and gave it the two-site rule's share,
+                # overshooting it no more than the seed (the branch above).
                 departure = TWO_SITE_WEIGHTED
             else:
                 departure = UNEXPLAINED
