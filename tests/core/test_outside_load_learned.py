@@ -1,7 +1,8 @@
 """Issue 23's first world, in core: four equal sites, one nearly full and one full from
 outside, four gateways (workers) carrying nothing yet. A batch job that starts beside
 idle gateways is learned within one freshness window, and a worker whose budget at one
-free site is used still sends the nearly full site nothing (the seed's tiers and pairs).
+free site is used still sends the nearly full site nothing (the seed's tiers and pairs);
+with an admission queue in fair order it takes its budget there rather than wait.
 """
 
 from collections import Counter
@@ -10,8 +11,10 @@ from random import Random
 import pytest
 
 from gridroute.core import AvailabilitySettings, Path, Policy, decide
+from gridroute.core.flow import Attempt, request_flow
 from gridroute.core.gateway_load import ExternalEstimate, GatewayLoad, combine
 
+from .flow_driver import FakeGrid
 from .grid_builder import MODEL, Grid, Site
 
 WINDOW_S = 1.5
@@ -107,3 +110,29 @@ def test_a_worker_at_its_budget_on_one_free_site_sends_the_nearly_full_one_nothi
     snap = _refresh(g, WINDOW_S + 0.75)
     d = decide(snap, MODEL, Random(1), Policy.GRIDROUTE, {"c/p": 6, "d/p": 6})
     assert d.view is not None and d.view.site == "a"
+
+
+@pytest.mark.parametrize("fair_order", [True, False])
+def test_with_an_admission_queue_a_request_takes_its_budget_at_once_not_a_held_borrow(
+    fair_order: bool,
+) -> None:
+    # The world above with an admission queue. In fair order a borrow is held while the
+    # request may wait, so borrowing where the seed's pairs pick made this request wait
+    # its whole second and then borrow all the same, while a had room in its budget.
+    s = AvailabilitySettings(
+        freshness_window_ms=1500, lookback_ms=1500, max_queue_ms=1000, fair_order=fair_order
+    )
+    g = Grid([Site(n, max_running=24.0) for n in "abcd"], s)
+    snap = _batch_job_at(g, 0.0, WINDOW_S + 0.5)
+    for key in ("c/p", "d/p"):
+        for _ in range(6):
+            g.own.start(key, WINDOW_S, MODEL)
+    grid = FakeGrid(snap, g.own, now=WINDOW_S + 0.5)
+    step = next(request_flow(grid, MODEL, Policy.GRIDROUTE, client="alice"))
+    assert isinstance(step, Attempt)
+    if fair_order:
+        assert step.decision.view is not None and step.decision.view.site == "a"
+        assert step.decision.path is Path.SINGLE
+    else:  # nothing holds a borrow: the seed's pairs as without a queue
+        assert step.decision.view is not None and step.decision.view.site in {"c", "d"}
+        assert step.decision.path is Path.BORROW

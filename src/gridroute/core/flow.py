@@ -272,7 +272,7 @@ def request_flow(
     if overlay is not None:
         d, choice = _by_overlay(grid, overlay, snap, model, NO_KEYS, None, now)
     else:
-        d = _decide(grid, snap, model, policy, affinity, NO_KEYS, True, now, prefix)
+        d = _decide(grid, snap, model, policy, affinity, NO_KEYS, True, now, prefix, fair is None)
     if fair is not None:
         d = fair.gate(d, model, who, None, now, snap.settings, True)
     if d.outcome is Outcome.HOLD:
@@ -298,7 +298,9 @@ def request_flow(
                     and not fair.first(model, who, ticket, now, snap.settings)
                 ):
                     continue  # another waiter goes first: no decision needed (all are woken)
-                d = _decide(grid, snap, model, policy, affinity, NO_KEYS, woke, now, prefix)
+                d = _decide(
+                    grid, snap, model, policy, affinity, NO_KEYS, woke, now, prefix, fair is None
+                )
                 if fair is not None:
                     d = fair.gate(d, model, who, ticket, now, snap.settings, woke)
         finally:
@@ -406,8 +408,10 @@ def _decide(
     can_hold: bool,
     now: float,
     prefix: PrefixRequest | None = None,
+    pairs: bool = True,
 ) -> Decision:
-    """The core's pick, with ejected candidates demoted.
+    """The core's pick, with ejected candidates demoted (`pairs`: `decide`'s
+    `borrow_by_pairs`).
 
     Ejected keys are excluded (and, unless this request tried them already, counted
     refused as `demoted`); only when that leaves
@@ -416,10 +420,10 @@ def _decide(
     ejected = grid.ejections.out(now, snap)
     rng, counts = grid.rng, grid.own.counts
     if not ejected:
-        return decide(snap, model, rng, policy, counts, affinity, can_hold, tried, prefix)
-    d = decide(snap, model, rng, policy, counts, affinity, can_hold, tried | ejected, prefix)
+        return decide(snap, model, rng, policy, counts, affinity, can_hold, tried, prefix, pairs)
+    d = decide(snap, model, rng, policy, counts, affinity, can_hold, tried | ejected, prefix, pairs)
     if d.outcome is Outcome.NO_SITE:
-        last = decide(snap, model, rng, policy, counts, affinity, can_hold, tried)
+        last = decide(snap, model, rng, policy, counts, affinity, can_hold, tried, None, pairs)
         if last.outcome is Outcome.ROUTE:
             return replace(last, path=Path.LAST_RESORT)
         return last

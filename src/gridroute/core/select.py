@@ -274,6 +274,7 @@ def decide(
     can_hold: bool = True,
     exclude: frozenset[str] = frozenset(),
     prefix: PrefixRequest | None = None,
+    borrow_by_pairs: bool = True,
 ) -> Decision:
     """Choose a candidate for one request to `model`.
 
@@ -282,7 +283,11 @@ def decide(
     false once a held request has waited `max_queue_ms`; `exclude` keys already tried
     by this request (a retry goes to another site); `prefix` the request's prefix
     matches (`core/prefix.py`), preferred like `affinity` only inside a tier with room
-    and under this gateway's budget, its outcome set on it.
+    and under this gateway's budget, its outcome set on it. `borrow_by_pairs` false never passes
+    over a site with room within this gateway's budget to borrow where the seed's pairs
+    pick: in fair order (`core/fairness.py`) a borrow is held while the request may
+    wait, so a request would wait its whole hold and then borrow all the same, where the
+    site within its budget had room all along.
     """
     plan = snapshot.plan(model)
     if plan is None:
@@ -376,6 +381,7 @@ def decide(
                 if (
                     len(tier) == 1
                     and winner >= 0
+                    and borrow_by_pairs
                     and not s.shedding
                     and (rhos[only] or 0.0) - (rhos[winner] or 0.0) >= BORROW_MARGIN
                 ):
