@@ -1,6 +1,7 @@
 """The default policy against the seed rule in generated worlds (issue 23).
 
     .venv/bin/python bench/bench_differential.py [--worlds 60] [--first 0] [--jobs 1]
+        [--clients-times K] [--max-queue-ms MS] [--defect NAME]
 
 Draws `--worlds` worlds of each kind (`sim/compare.world`: 2-8 sites of 1-256 slots,
 1-8 gateways, failed scrapes), numbered from `--first`, and runs `gridroute` and the
@@ -19,6 +20,15 @@ World `i` is the same world whatever the range it is drawn in, so `--first 120
 --worlds 120` runs the next 120 past the default ones. Past capacity it also prints the
 slot-time gridroute left idle beyond what the excess clients force (what the
 `past_capacity` rule bounds).
+
+`--clients-times K` runs each world with K times its clients (rounded, at least 1, past
+the 240 the drawn worlds stop at): the same sites, outside load, gateways and events,
+more or fewer clients. The drawn worlds never vary the client count within a world, and
+a change to the policy can look right at a world's own count and herd its gateways at
+three times it (BENCHMARKS.md, "Tried, not kept: the seed's two-site split"). Each line
+then also reads the overshoot of both policies in all, and gridroute's p99 latency.
+`--max-queue-ms MS` gives every world an admission queue of MS (so fair order is on:
+docs/selection.md, "Fair admission past capacity"), for the same reading.
 
 `--defect NAME` runs gridroute with a known defect the rules must never hide (`_defect`):
 `undo-external-ranking` (its split of external load undone; the same as
@@ -41,6 +51,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from random import Random
+from typing import Any
 
 from gridroute.core import Policy, gridstate, view
 from gridroute.sim.compare import TOLERANCE, _noise, compare, idle_beyond_excess, world
@@ -53,18 +64,37 @@ Moved = tuple[str, str, bool]
 """(site, departure, away): a site whose share a defect moved (`outside_world`)."""
 
 
-def own_world(i: int) -> tuple[int, int, int]:
-    """(world, gridroute's requests, the seed's) with all load gridroute's."""
-    sc = parse_scenario(world(Random(f"own:{i}"), external=(0.0, 0.0), broken=False))
+def _shaped(w: dict[str, Any]) -> dict[str, Any]:
+    """World `w` with `--clients-times` times its clients and `--max-queue-ms` set."""
+    times = _SHAPE.get("times", 1.0)
+    if times != 1.0:
+        w["clients"] = [max(1, round(n * times)) for n in w["clients"]]
+    queue = _SHAPE.get("queue_ms", 0.0)
+    if queue:
+        w["availability"] = {"max_queue_ms": int(queue)}
+    return w
+
+
+def own_world(i: int) -> tuple[int, int, int, float, int, int]:
+    """(world, gridroute's requests, the seed's, gridroute's p99 latency, its overshoot,
+    the seed's) with all load gridroute's."""
+    sc = parse_scenario(_shaped(world(Random(f"own:{i}"), external=(0.0, 0.0), broken=False)))
     with _defect():
         (c,) = compare(sc, BOTH)
-    return i, c.rows["gridroute"]["requests"], c.rows["saturation"]["requests"]
+    ours, ref = c.rows["gridroute"], c.rows["saturation"]
+    p99 = ours["latency_p99_s"] or 0.0
+    return i, ours["requests"], ref["requests"], p99, ours["overshoot"], ref["overshoot"]
 
 
-def outside_world(
-    i: int,
-) -> tuple[int, int, int, list[tuple[str, str | None]], float | None, list[Moved]]:
-    """(world, gridroute's requests, the seed's, (site, departure) each, idle, moved) with
+Outside = tuple[
+    int, int, int, list[tuple[str, str | None]], float | None, list[Moved], float, int, int
+]
+"""What `outside_world` reads of one world."""
+
+
+def outside_world(i: int) -> Outside:
+    """(world, gridroute's requests, the seed's, (site, departure) each, idle, moved,
+    gridroute's p99 latency, its overshoot, the seed's) with
     50-120 % of each site's slots held from outside; idle, past capacity only, is the
     slot-time gridroute's requests queued beyond what the excess clients force, over
     the free slot-time (Little's law: a slot left idle queues one more client). Where a
@@ -72,7 +102,7 @@ def outside_world(
     share the defect moved past the tolerance and its noise: gridroute's share with the
     defect against its share without it, on the same stream; away where the defect
     left it further from the seed's share than it was."""
-    sc = parse_scenario(world(Random(f"outside:{i}"), external=(0.5, 1.2)))
+    sc = parse_scenario(_shaped(world(Random(f"outside:{i}"), external=(0.5, 1.2))))
     with _defect():
         (c,) = compare(sc, BOTH)
     rows = c.rows
@@ -87,7 +117,18 @@ def outside_world(
                 seed = d.shares["saturation"]
                 away = abs(d.shares["gridroute"] - seed) > abs(was - seed)
                 moved.append((d.site, d.departure or "within 5 points", away))
-    return i, rows["gridroute"]["requests"], rows["saturation"]["requests"], sites, idle, moved
+    ours, ref = rows["gridroute"], rows["saturation"]
+    return (
+        i,
+        ours["requests"],
+        ref["requests"],
+        sites,
+        idle,
+        moved,
+        ours["latency_p99_s"] or 0.0,
+        ours["overshoot"],
+        ref["overshoot"],
+    )
 
 
 DEFECTS = ("undo-external-ranking", "misread-outside")
@@ -97,9 +138,15 @@ _DEFECT: list[str] = []
 """The defect this process runs gridroute with (`_set_defect`), empty for none."""
 
 
-def _set_defect(defect: str) -> None:
-    """Process initializer: every worker runs gridroute with the same defect."""
+_SHAPE: dict[str, float] = {}
+"""This process's `--clients-times` (`times`) and `--max-queue-ms` (`queue_ms`)."""
+
+
+def _set_defect(defect: str, times: float = 1.0, queue_ms: int = 0) -> None:
+    """Process initializer: every worker runs gridroute with the same defect, the same
+    factor on each world's clients and the same admission queue."""
     _DEFECT[:] = [defect] if defect else []
+    _SHAPE.update(times=times, queue_ms=queue_ms)
 
 
 @contextlib.contextmanager
@@ -156,7 +203,23 @@ def main() -> None:
         help="run gridroute with a known defect: undo-external-ranking, or "
         "misread-outside:K (all load not its own ranked at K of it)",
     )
+    ap.add_argument(
+        "--clients-times",
+        type=float,
+        default=1.0,
+        help="run each world with K times its clients [1]",
+    )
+    ap.add_argument(
+        "--max-queue-ms",
+        type=int,
+        default=0,
+        help="run each world with an admission queue of MS (fair order on) [0: none]",
+    )
     args = ap.parse_args()
+    if args.max_queue_ms < 0:
+        ap.error(f"--max-queue-ms: 0 or more, not {args.max_queue_ms}")
+    if not args.clients_times > 0:
+        ap.error(f"--clients-times: a factor above 0, not {args.clients_times}")
     began = time.perf_counter()
     ids = range(args.first, args.first + args.worlds)
     defect = "undo-external-ranking" if args.undo_external_ranking else args.defect
@@ -165,25 +228,30 @@ def main() -> None:
         ap.error(f"--defect: unknown defect {defect!r} (known: {', '.join(DEFECTS)})")
     if name == "misread-outside" and not re.fullmatch(r"\d+(\.\d*)?", arg):
         ap.error(f"--defect: misread-outside needs a factor, misread-outside:K, not {defect!r}")
-    init = functools.partial(_set_defect, defect)
+    init = functools.partial(_set_defect, defect, args.clients_times, args.max_queue_ms)
+    shaped = args.clients_times != 1.0 or args.max_queue_ms > 0
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1), initializer=init) as pool:
         owns = list(pool.map(own_world, ids))
         outs = list(pool.map(outside_world, ids))
-    ours = sum(a for _, a, _ in owns)
-    theirs = sum(b for _, _, b in owns)
-    worst = min((a / b for _, a, b in owns if b), default=float("inf"))
-    fewer = [i for i, a, b in owns if a < b]
+    ours = sum(o[1] for o in owns)
+    theirs = sum(o[2] for o in owns)
+    worst = min((o[1] / o[2] for o in owns if o[2]), default=float("inf"))
+    fewer = [o[0] for o in owns if o[1] < o[2]]
     span = f"worlds {ids.start}-{ids.stop - 1}" if args.first else f"{args.worlds} worlds"
+    if args.clients_times != 1.0:
+        span += f" at {args.clients_times:g} times their clients"
+    if args.max_queue_ms:
+        span += f" with a {args.max_queue_ms} ms admission queue"
     print(
         f"own load, {span}: goodput gridroute / saturation "
         f"{ours / max(theirs, 1):.3f} in all, {worst:.3f} at worst; "
-        f"worlds where gridroute served fewer: {fewer or 'none'}"
+        f"worlds where gridroute served fewer: {fewer or 'none'}" + _overshoot(owns, shaped)
     )
     why: Counter[str] = Counter()
     unexplained: list[tuple[int, str]] = []
     sites = 0
     moved: list[tuple[int, str, str, bool]] = []
-    for i, _, _, departures, _, shifted in outs:
+    for i, _, _, departures, _, shifted, _, _, _ in outs:
         for site, departure in departures:
             sites += 1
             why[departure or "within 5 points"] += 1
@@ -196,7 +264,7 @@ def main() -> None:
         f"outside load, {span}, {sites} sites: "
         + ", ".join(f"{k} {v}" for k, v in why.most_common())
         + f"; goodput gridroute / saturation {ratio_ours / max(ratio_theirs, 1):.3f}; "
-        f"unexplained: {unexplained or 'none'}"
+        f"unexplained: {unexplained or 'none'}" + _overshoot(outs, shaped)
     )
     if defect:
         caught = Counter(m[2] for m in moved)
@@ -220,6 +288,23 @@ def main() -> None:
             f"excess, of the free: median {idle[len(idle) // 2][0]:.1%}, most {top}"
         )
     print(f"{2 * args.worlds} worlds in {time.perf_counter() - began:.0f} s")
+
+
+def _overshoot(rows: list[Any], shaped: bool) -> str:
+    """gridroute's p99 latency (the mean over worlds: an admission queue holds requests
+    at the gateway) and the overshoot of both policies in all, with the worlds where
+    gridroute's was the greater, read where the worlds are shaped (`--clients-times`,
+    `--max-queue-ms`; the last three fields of each row)."""
+    if not shaped:
+        return ""
+    p99 = sum(r[-3] for r in rows) / max(len(rows), 1)
+    ours = sum(r[-2] for r in rows)
+    theirs = sum(r[-1] for r in rows)
+    more = [r[0] for r in rows if r[-2] > r[-1]]
+    return (
+        f"; gridroute's p99 {p99:.3f} s (mean); overshoot gridroute {ours}, "
+        f"saturation {theirs}; worlds where gridroute overshot more: {more or 'none'}"
+    )
 
 
 if __name__ == "__main__":

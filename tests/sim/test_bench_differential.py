@@ -35,3 +35,23 @@ def test_an_unknown_defect_is_refused_by_name() -> None:
     done = _bench("--first", "545", "--worlds", "1", "--defect", "no-such-defect")
     assert done.returncode != 0
     assert "unknown defect 'no-such-defect'" in done.stdout + done.stderr
+
+
+def test_a_world_runs_at_three_times_its_clients_with_an_admission_queue() -> None:
+    """`--clients-times` and `--max-queue-ms` shape the drawn world (the harness never
+    varies the client count otherwise) and the lines read both policies' overshoot."""
+    done = _bench(
+        "--first", "2048", "--worlds", "1", "--clients-times", "3", "--max-queue-ms", "500"
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "at 3 times their clients with a 500 ms admission queue" in lines[0], done.stdout
+    for line in lines[:2]:
+        assert re.search(r"overshoot gridroute \d+, saturation \d+", line), line
+        assert re.search(r"gridroute's p99 \d+\.\d+ s", line), line
+
+
+def test_a_factor_of_no_clients_is_refused() -> None:
+    done = _bench("--first", "2048", "--worlds", "1", "--clients-times", "0")
+    assert done.returncode != 0
+    assert "--clients-times: a factor above 0" in done.stderr
