@@ -283,11 +283,10 @@ def decide(
     false once a held request has waited `max_queue_ms`; `exclude` keys already tried
     by this request (a retry goes to another site); `prefix` the request's prefix
     matches (`core/prefix.py`), preferred like `affinity` only inside a tier with room
-    and under this gateway's budget, its outcome set on it. `borrow_by_pairs` false never passes
-    over a site with room within this gateway's budget to borrow where the seed's pairs
-    pick: in fair order (`core/fairness.py`) a borrow is held while the request may
-    wait, so a request would wait its whole hold and then borrow all the same, where the
-    site within its budget had room all along.
+    and under this gateway's budget, its outcome set on it. `borrow_by_pairs` false keeps
+    a request whose one site left within this gateway's budget is far fuller than the
+    seed's pick at that site, where true it borrows the pick (the caller's choice:
+    `core/flow.py` sets it false in fair order, whose gate would hold the borrow).
     """
     plan = snapshot.plan(model)
     if plan is None:
