@@ -107,7 +107,7 @@ def outside_world(i: int) -> Outside:
         (c,) = compare(sc, BOTH)
     rows = c.rows
     sites = [(d.site, d.departure) for d in c.sites]
-    idle = idle_beyond_excess(sc, c.clients, rows["gridroute"]["queue_s"])
+    idle = idle_beyond_excess(sc, c.clients, rows["gridroute"]["queued_s"])
     moved: list[Moved] = []
     if _DEFECT:
         sound = SimRun(sc, Policy.GRIDROUTE, c.clients).run().row

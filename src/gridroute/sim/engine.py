@@ -398,6 +398,7 @@ class SimRun:
                 warm = self.tally.overshot_warmup
                 warm[site.name] = warm.get(site.name, 0) + 1
             site.queue.append(req)
+            self.tally.queued(t, 1)
         else:
             self._serve(site, req, t)
 
@@ -434,6 +435,7 @@ class SimRun:
         site.busy -= 1
         site.serving.discard(req)
         if site.queue and site.has_slot:
+            self.tally.queued(t, -1)
             self._serve(site, site.queue.popleft(), t)
         gw = self.gateways[self.client_gw[req.client]]
         self._end_attempt(gw, req, t)
@@ -513,6 +515,7 @@ class SimRun:
         site = self.sites[change[0]]
         site.external = change[1]
         while site.queue and site.has_slot:
+            self.tally.queued(t, -1)
             self._serve(site, site.queue.popleft(), t)
 
     def _fail_site(self, t: float, site: SimSite) -> None:
@@ -521,6 +524,7 @@ class SimRun:
         (the simulator's answers are not streamed: nothing reached the client yet)."""
         site.up = False
         lost = [*site.serving, *site.queue]
+        self.tally.queued(t, -len(site.queue))
         site.serving.clear()
         site.queue.clear()
         site.busy = 0
