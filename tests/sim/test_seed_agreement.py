@@ -289,8 +289,9 @@ def test_past_capacity_does_not_explain_a_run_that_leaves_slots_idle() -> None:
         (18, "s1", "past_capacity"),
         # Past capacity at 3 gateways (240 clients, 237 free slots): 172 requests found
         # a site full, past the 149 that a whole service time's wait each would force,
-        # but its requests queued 28 request-seconds, about the 27 its 3 excess clients
-        # force over the 9 s span: the excess queued at large sites, briefly each.
+        # but its requests queued 40 request-seconds (integrated), against the 27 its 3
+        # excess clients force over the 9 s span and the 134 `past_capacity` allows:
+        # the excess queued at large sites, briefly each.
         (205, "s2", "past_capacity"),
         # Two sites with room: the seed overshot the fuller one, then read it full and
         # dropped it; gridroute gave it the two-site rule's share at its own load.

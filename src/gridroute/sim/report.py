@@ -187,7 +187,7 @@ def comparison_table(scenario: Scenario, results: list[Comparison]) -> Table:
         t.add_row(
             str(c.clients),
             "queued (request-s)",
-            *(str(c.rows[p].get("queue_s", "-")) for p in policies),
+            *(str(c.rows[p].get("queued_s", "-")) for p in policies),
             *("" for _ in policies),
             "",
             "",

@@ -113,11 +113,11 @@ class Tally:
     as an operator's once-a-second metrics would show it (a live grid is read so)."""
     queued_s: float = 0.0
     """The same integrated at every change of the queues (`queued`): exact, where a
-    sample a second read the queued time of a run at 3x its free slots 2-5 % high, a
+    sample a second read the queued time of a run at 3x its clients 2-5 % high, a
     run's whole idle allowance (`sim/compare.idle_beyond_excess`)."""
-    queued_now: int = 0
+    queued_now: int = field(default=0, init=False)
     """Requests queued at the sites now, all sites together."""
-    queued_at: float = 0.0
+    queued_at: float = field(default=0.0, init=False)
     """When `queued_s` was last brought up to date."""
     prompt_tokens: int = 0
     """With scenario `sessions`: prompt tokens of the requests served (prefill to do)."""
