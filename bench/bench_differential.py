@@ -51,7 +51,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from random import Random
-from typing import Any
+from typing import Any, NamedTuple
 
 from gridroute.core import Policy, gridstate, view
 from gridroute.sim.compare import TOLERANCE, _noise, compare, idle_beyond_excess, world
@@ -75,26 +75,38 @@ def _shaped(w: dict[str, Any]) -> dict[str, Any]:
     return w
 
 
-def own_world(i: int) -> tuple[int, int, int, float, int, int]:
-    """(world, gridroute's requests, the seed's, gridroute's p99 latency, its overshoot,
-    the seed's) with all load gridroute's."""
+class Shaped(NamedTuple):
+    """What a shaped run (`--clients-times`, `--max-queue-ms`) reads besides the rules."""
+
+    p99: float
+    """gridroute's p99 latency (an admission queue holds requests at the gateway)."""
+    overshoot: int
+    """gridroute's overshoot in all."""
+    seed_overshoot: int
+    """The seed rule's."""
+
+    @classmethod
+    def of(cls, rows: dict[str, dict[str, Any]]) -> Shaped:
+        ours, ref = rows["gridroute"], rows["saturation"]
+        return cls(ours["latency_p99_s"] or 0.0, ours["overshoot"], ref["overshoot"])
+
+
+def own_world(i: int) -> tuple[int, int, int, Shaped]:
+    """(world, gridroute's requests, the seed's, what a shaped run reads) with all load
+    gridroute's."""
     sc = parse_scenario(_shaped(world(Random(f"own:{i}"), external=(0.0, 0.0), broken=False)))
     with _defect():
         (c,) = compare(sc, BOTH)
-    ours, ref = c.rows["gridroute"], c.rows["saturation"]
-    p99 = ours["latency_p99_s"] or 0.0
-    return i, ours["requests"], ref["requests"], p99, ours["overshoot"], ref["overshoot"]
+    return i, c.rows["gridroute"]["requests"], c.rows["saturation"]["requests"], Shaped.of(c.rows)
 
 
-Outside = tuple[
-    int, int, int, list[tuple[str, str | None]], float | None, list[Moved], float, int, int
-]
+Outside = tuple[int, int, int, list[tuple[str, str | None]], float | None, list[Moved], Shaped]
 """What `outside_world` reads of one world."""
 
 
 def outside_world(i: int) -> Outside:
     """(world, gridroute's requests, the seed's, (site, departure) each, idle, moved,
-    gridroute's p99 latency, its overshoot, the seed's) with
+    what a shaped run reads) with
     50-120 % of each site's slots held from outside; idle, past capacity only, is the
     slot-time gridroute's requests queued beyond what the excess clients force, over
     the free slot-time (Little's law: a slot left idle queues one more client). Where a
@@ -117,18 +129,8 @@ def outside_world(i: int) -> Outside:
                 seed = d.shares["saturation"]
                 away = abs(d.shares["gridroute"] - seed) > abs(was - seed)
                 moved.append((d.site, d.departure or "within 5 points", away))
-    ours, ref = rows["gridroute"], rows["saturation"]
-    return (
-        i,
-        ours["requests"],
-        ref["requests"],
-        sites,
-        idle,
-        moved,
-        ours["latency_p99_s"] or 0.0,
-        ours["overshoot"],
-        ref["overshoot"],
-    )
+    ours, ref = rows["gridroute"]["requests"], rows["saturation"]["requests"]
+    return i, ours, ref, sites, idle, moved, Shaped.of(rows)
 
 
 DEFECTS = ("undo-external-ranking", "misread-outside")
@@ -251,7 +253,7 @@ def main() -> None:
     unexplained: list[tuple[int, str]] = []
     sites = 0
     moved: list[tuple[int, str, str, bool]] = []
-    for i, _, _, departures, _, shifted, _, _, _ in outs:
+    for i, _, _, departures, _, shifted, _ in outs:
         for site, departure in departures:
             sites += 1
             why[departure or "within 5 points"] += 1
@@ -291,16 +293,16 @@ def main() -> None:
 
 
 def _overshoot(rows: list[Any], shaped: bool) -> str:
-    """gridroute's p99 latency (the mean over worlds: an admission queue holds requests
-    at the gateway) and the overshoot of both policies in all, with the worlds where
-    gridroute's was the greater, read where the worlds are shaped (`--clients-times`,
-    `--max-queue-ms`; the last three fields of each row)."""
+    """gridroute's p99 latency (the mean over worlds) and the overshoot of both policies
+    in all, with the worlds where gridroute's was the greater, read where the worlds are
+    shaped (`--clients-times`, `--max-queue-ms`; each row is (world, ..., `Shaped`))."""
     if not shaped:
         return ""
-    p99 = sum(r[-3] for r in rows) / max(len(rows), 1)
-    ours = sum(r[-2] for r in rows)
-    theirs = sum(r[-1] for r in rows)
-    more = [r[0] for r in rows if r[-2] > r[-1]]
+    figures = [(r[0], r[-1]) for r in rows]
+    p99 = sum(f.p99 for _, f in figures) / max(len(figures), 1)
+    ours = sum(f.overshoot for _, f in figures)
+    theirs = sum(f.seed_overshoot for _, f in figures)
+    more = [i for i, f in figures if f.overshoot > f.seed_overshoot]
     return (
         f"; gridroute's p99 {p99:.3f} s (mean); overshoot gridroute {ours}, "
         f"saturation {theirs}; worlds where gridroute overshot more: {more or 'none'}"

@@ -1232,13 +1232,12 @@ def _past_capacity_queue(sc: Scenario, clients: int, tolerance: float) -> float:
     sample once a scrape (`queue_s`, as a live grid's metrics read it) was 2-5 % high at
     three times the clients, which is the whole allowance (worlds 5, 117, 144, 192
     and 234 of `bench/bench_differential.py --clients-times 3` read 5-10 % idle by
-    it and at most 0.3 % by the integral, serving more than the ideal). Idle slot-time up to the
-    tolerance of the
-    free slots (5 %) is what the harness lets the seed lose before it calls it
-    collapsed. The count of requests that found a site full is not this measure: at
-    a fixed excess it says where the queue was (a short wait at a large site counts
-    one, as a whole service time at a one-slot site does), not how long anyone
-    waited."""
+    it and at most 0.3 % by the integral, serving more than the ideal). Idle slot-time
+    up to the tolerance of the free slots (5 %) is what the harness lets the seed lose
+    before it calls it collapsed. The count of requests that found a site full is not
+    this measure: at a fixed excess it says where the queue was (a short wait at a
+    large site counts one, as a whole service time at a one-slot site does), not how
+    long anyone waited."""
     free = _free_total(sc)
     span = sc.duration_s - sc.warmup_s
     return (max(clients - free, 0.0) + tolerance * free) * span
