@@ -26,7 +26,8 @@ def _row(data: dict[str, object], policy: Policy, clients: int) -> dict[str, obj
 @pytest.mark.parametrize("reports", [True, False])
 def test_external_load_with_the_admission_queue(reports: bool) -> None:
     """One gateway, 12 clients, 30 slots free of external load: with gateway reports it
-    serves the ideal over both sites; without, it holds while both have free slots."""
+    serves the ideal over both sites and never holds; without, it holds at times while
+    both have free slots."""
     data = {"sites": TWO, "availability": {"max_queue_ms": 500}, "gateway_reports": reports}
     row = _row(data, Policy.GRIDROUTE, 12)
     ideal = row["ideal_requests"]
@@ -34,10 +35,15 @@ def test_external_load_with_the_admission_queue(reports: bool) -> None:
     if reports:
         assert row["requests"] >= 0.99 * ideal
         assert min(row["shares"].values()) >= 0.1, row["shares"]
+        assert row["latency_p99_s"] <= 0.2 + 1e-9  # the service time: nothing held
     else:
         # The 0.05 floor share of 10-20 free slots: budgets of 0.5-1 request, granted
-        # whole only part of the time (rounded per snapshot), so it still holds often.
-        assert row["requests"] < 0.95 * ideal
+        # whole only part of the time (rounded per snapshot), so a request still holds
+        # at times (p99 past the 0.2 s service). What the gateway held at a site since
+        # the sample it refills at once (`SiteView.kept`), so it serves nearly the ideal
+        # all the same (901 of 960 before that rule, 956 with it).
+        assert row["latency_p99_s"] > 0.2
+        assert row["requests"] >= 0.95 * ideal
 
 
 def test_ideal_follows_external_steps() -> None:

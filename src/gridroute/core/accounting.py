@@ -18,12 +18,16 @@ class AccountingError(RuntimeError):
 class OwnLoad:
     """Per-candidate own in-flight counts; `history_s` of change points are kept."""
 
-    __slots__ = ("_times", "_values", "counts", "history_s", "models", "resolution_s")
+    __slots__ = ("_times", "_values", "counts", "history_s", "models", "peaks", "resolution_s")
 
     def __init__(self, history_s: float = 30.0, resolution_s: float = 0.005) -> None:
         self.counts: dict[str, int] = {}
         self.models: dict[str, int] = {}
         """In flight per model, for the demand a gateway reports (`core/demand.py`)."""
+        self.peaks: dict[str, int] = {}
+        """The most in flight per key since `mark` (the last snapshot): with `most_since`
+        at that snapshot, what this gateway held at a site since the sample it reads
+        (`select.decide`'s refill with an admission queue)."""
         self.history_s = history_s
         self.resolution_s = resolution_s
         self._times: dict[str, list[float]] = {}
@@ -52,6 +56,8 @@ class OwnLoad:
         value = self.counts.get(key, 0) + 1
         self.counts[key] = value
         self._record(key, now, value)
+        if value > self.peaks.get(key, 0):
+            self.peaks[key] = value
         if model:
             self.models[model] = self.models.get(model, 0) + 1
 
@@ -82,6 +88,18 @@ class OwnLoad:
         if i < 0:
             return 0
         return self._values[key][i]
+
+    def most_since(self, key: str, t: float) -> int:
+        """The most in flight at `key` from `t` until now (exact within `history_s`)."""
+        times = self._times.get(key)
+        if not times:
+            return 0
+        i = bisect_right(times, t) - 1  # before the first change the count was 0
+        return max(self._values[key][max(i, 0) :])
+
+    def mark(self) -> None:
+        """Start `peaks` again from what is in flight now (a snapshot was built)."""
+        self.peaks = dict(self.counts)
 
     def total(self) -> int:
         return sum(self.counts.values())

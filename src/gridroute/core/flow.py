@@ -423,16 +423,13 @@ def _decide(
     no site at all is the pick made again among them, as a `last_resort`, as for any
     demoted candidate."""
     ejected = grid.ejections.out(now, snap)
-    rng, counts = grid.rng, grid.own.counts
+    own = grid.own
+    args = (snap, model, grid.rng, policy, own.counts, affinity, can_hold)
     if not ejected:
-        return decide(snap, model, rng, policy, counts, affinity, can_hold, tried, prefix, by_pairs)
-    d = decide(
-        snap, model, rng, policy, counts, affinity, can_hold, tried | ejected, prefix, by_pairs
-    )
+        return decide(*args, tried, prefix, by_pairs, own.peaks)
+    d = decide(*args, tried | ejected, prefix, by_pairs, own.peaks)
     if d.outcome is Outcome.NO_SITE:
-        last = decide(
-            snap, model, rng, policy, counts, affinity, can_hold, tried, borrow_by_pairs=by_pairs
-        )
+        last = decide(*args, tried, None, by_pairs, own.peaks)
         if last.outcome is Outcome.ROUTE:
             return replace(last, path=Path.LAST_RESORT)
         return last

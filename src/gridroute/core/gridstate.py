@@ -341,8 +341,14 @@ class GridState:
                 pending[index][1].lifted_until = now + LIFT_HOLD_S
             whole = self._whole(budget, idle)
             views[index] = replace(
-                views[index], budget=whole, budget_up=whole, target=targets[index]
+                views[index],
+                budget=whole,
+                budget_up=whole,
+                target=targets[index],
+                keep_cap=math.ceil(targets[index] - 1e-9),  # 2.0000000001 is 2
             )
+        if own is not None:
+            own.mark()
         snap_views = tuple(views)
         self._latch(snap_views, now)
         snapshot = Snapshot(now, s, snap_views, frozenset(self._shed), spread=self._spread)
@@ -426,6 +432,7 @@ class GridState:
         loaded_at = reading.loaded_at
         own_s = own.at(cand.key, loaded_at) if own is not None and loaded_at is not None else 0
         budget_up = -1.0  # the same as `budget` unless granted below
+        kept = -1
         if latest is None:
             # Missing is unknown, never zero: no room, no rho, nothing to borrow.
             room_ceiling = ceiling
@@ -445,6 +452,10 @@ class GridState:
             over = latest > room_ceiling
             held = room_ceiling * own_s / latest if over else float(own_s)
             budget = held + free * share
+            queue = s.max_queue_ms > 0 and not s.shedding
+            if queue and own is not None and loaded_at is not None and not over:
+                # What it held here since the sample: its own to refill (`SiteView.kept`).
+                kept = own.most_since(cand.key, loaded_at)
             idle = self._idle(tr, free, over, loaded_at)
             known = self._gateways
             demand = None
@@ -500,6 +511,7 @@ class GridState:
             budget_up=budget_up,
             share=share,
             spare=free * share,
+            kept=kept,
             is_queued=reading.queued is not None and reading.queued > 0.0,
             loaded=latest is not None,
         )

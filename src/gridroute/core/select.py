@@ -275,6 +275,7 @@ def decide(
     exclude: frozenset[str] = frozenset(),
     prefix: PrefixRequest | None = None,
     borrow_by_pairs: bool = True,
+    peaks: Mapping[str, int] | None = None,
 ) -> Decision:
     """Choose a candidate for one request to `model`.
 
@@ -287,6 +288,9 @@ def decide(
     a request whose one site left within this gateway's budget is far fuller than the
     seed's pick at that site, where true it borrows the pick (the caller's choice:
     `core/flow.py` sets it false in fair order, whose gate would hold the borrow).
+    `peaks` is this gateway's most in flight per key since its snapshot (`OwnLoad.peaks`):
+    with an admission queue a gateway may refill what it held at a site since the sample
+    (`SiteView.kept`), past its budget.
     """
     plan = snapshot.plan(model)
     if plan is None:
@@ -322,6 +326,7 @@ def decide(
     queued: list[int] = []  # room, queued
     if counted:
         counts = own or {}
+        most = peaks or {}
         fair = s.fair_share
         accounting = s.local_accounting
         borrow: list[int] = []  # the site has room by the estimate, beyond this gateway's share
@@ -343,7 +348,22 @@ def decide(
             site_room = v.base + mine + 1 <= ceiling
             if site_room:
                 (room_queued if v.is_queued else room_free).append(i)
-            if (mine + 1 <= v.budget) if fair else site_room:
+            if (
+                (
+                    mine + 1 <= v.budget
+                    # With an admission queue, what this gateway held here since the
+                    # sample is its own: past a budget that counts only what it held at
+                    # the sample, a slot its request just freed would idle while the
+                    # next request waits out the queue and then borrows it anyway.
+                    or (
+                        site_room
+                        and v.kept >= 0
+                        and mine + 1 <= min(max(v.kept, most.get(v.key, 0)), v.keep_cap)
+                    )
+                )
+                if fair
+                else site_room
+            ):
                 (queued if v.is_queued else free).append(i)
             elif fair and mine + 1 <= v.budget_up:
                 (up_queued if v.is_queued else up_free).append(i)

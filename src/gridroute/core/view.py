@@ -6,6 +6,7 @@ poll, so that a decision touches only floats and the gateway's own counts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gridroute.core.candidate import Candidate, Health
@@ -82,6 +83,14 @@ class SiteView:
     spare: float = 0.0
     """One more share of the site's free room at the sample: how far past its budget this
     gateway may borrow while shedding is on."""
+    kept: int = -1
+    """With an admission queue: the most this gateway held here since the sample (from
+    `OwnLoad.most_since`), which it may refill past its budget (`select.decide`); -1
+    where it may not (no queue, shedding on, no load reading, or the site over-full at
+    the sample)."""
+    keep_cap: float = math.inf
+    """Where the budget follows demand (`target`), the refill only up to the target
+    rounded up: past capacity slots must still move to the gateways that want them."""
     is_queued: bool = False
     """Any work waiting in the window (a queue below `queue_full` still counts here: the
     site may have room by its ceiling, but queue-free sites go first)."""
