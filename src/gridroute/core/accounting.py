@@ -9,6 +9,7 @@ gateway sent and saw finish since: estimate = polled - own(sampled_at) + own(now
 from __future__ import annotations
 
 from bisect import bisect_right
+from itertools import islice
 
 
 class AccountingError(RuntimeError):
@@ -90,12 +91,14 @@ class OwnLoad:
         return self._values[key][i]
 
     def most_since(self, key: str, t: float) -> int:
-        """The most in flight at `key` from `t` until now (exact within `history_s`)."""
+        """The most in flight at `key` from `t` until now, within `history_s`; changes
+        closer than `resolution_s` are kept as their last (so it may read low, never
+        high)."""
         times = self._times.get(key)
         if not times:
             return 0
         i = bisect_right(times, t) - 1  # before the first change the count was 0
-        return max(self._values[key][max(i, 0) :])
+        return max(islice(self._values[key], max(i, 0), None))
 
     def mark(self) -> None:
         """Start `peaks` again from what is in flight now (a snapshot was built)."""

@@ -288,9 +288,9 @@ def decide(
     a request whose one site left within this gateway's budget is far fuller than the
     seed's pick at that site, where true it borrows the pick (the caller's choice:
     `core/flow.py` sets it false in fair order, whose gate would hold the borrow).
-    `peaks` is this gateway's most in flight per key since its snapshot (`OwnLoad.peaks`):
-    with an admission queue a gateway may refill what it held at a site since the sample
-    (`SiteView.kept`), past its budget.
+    `peaks` is this gateway's most in flight per key since its last snapshot was built
+    (`OwnLoad.peaks`, reset by `OwnLoad.mark`): with an admission queue a gateway may
+    refill what it held at a site since the sample (`SiteView.kept`), past its budget.
     """
     plan = snapshot.plan(model)
     if plan is None:

@@ -86,8 +86,8 @@ class SiteView:
     kept: int = -1
     """With an admission queue: the most this gateway held here since the sample (from
     `OwnLoad.most_since`), which it may refill past its budget (`select.decide`); -1
-    where it may not (no queue, shedding on, no load reading, or the site over-full at
-    the sample)."""
+    where it may not (no queue, shedding on, no load reading, no own counts given to the
+    refresh, or the site over-full at the sample)."""
     keep_cap: float = math.inf
     """Where the budget follows demand (`target`), the refill only up to the target
     rounded up: past capacity slots must still move to the gateways that want them."""
