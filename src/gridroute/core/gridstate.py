@@ -510,7 +510,6 @@ class GridState:
             budget=budget,
             budget_up=budget_up,
             share=share,
-            spare=free * share,
             kept=kept,
             is_queued=reading.queued is not None and reading.queued > 0.0,
             loaded=latest is not None,

@@ -80,9 +80,6 @@ class SiteView:
     target: float | None = None
     """Where some gateway's demand for what the site serves is unmet: this gateway's
     demand share of the site's room, which its budget follows (`core/demand.py`)."""
-    spare: float = 0.0
-    """One more share of the site's free room at the sample: how far past its budget this
-    gateway may borrow while shedding is on."""
     kept: int = -1
     """With an admission queue: the most this gateway held here since the sample (from
     `OwnLoad.most_since`), which it may refill past its budget (`select.decide`); -1
