@@ -348,22 +348,19 @@ def decide(
             site_room = v.base + mine + 1 <= ceiling
             if site_room:
                 (room_queued if v.is_queued else room_free).append(i)
-            if (
-                (
-                    mine + 1 <= v.budget
-                    # With an admission queue, what this gateway held here since the
-                    # sample is its own: past a budget that counts only what it held at
-                    # the sample, a slot its request just freed would idle while the
-                    # next request waits out the queue and then borrows it anyway.
-                    or (
-                        site_room
-                        and v.kept >= 0
-                        and mine + 1 <= min(max(v.kept, most.get(v.key, 0)), v.keep_cap)
-                    )
+            if not fair:
+                within = site_room
+            else:
+                # With an admission queue, what this gateway held here since the sample
+                # is its own: past a budget that counts only what it held at the sample,
+                # a slot its request just freed would idle while the next request waits
+                # out the queue and then borrows it anyway.
+                within = mine + 1 <= v.budget or (
+                    site_room
+                    and v.kept >= 0
+                    and mine + 1 <= min(max(v.kept, most.get(v.key, 0)), v.keep_cap)
                 )
-                if fair
-                else site_room
-            ):
+            if within:
                 (queued if v.is_queued else free).append(i)
             elif fair and mine + 1 <= v.budget_up:
                 (up_queued if v.is_queued else up_free).append(i)
