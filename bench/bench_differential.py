@@ -57,6 +57,7 @@ from gridroute.core import Policy, gridstate, view
 from gridroute.sim.compare import TOLERANCE, _noise, compare, idle_beyond_excess, world
 from gridroute.sim.engine import SimRun
 from gridroute.sim.scenario import parse_scenario
+from gridroute.sim.tier_audit import OWN_PART, SKIP
 
 BOTH = [Policy.GRIDROUTE, Policy.SATURATION]
 
@@ -84,11 +85,19 @@ class Shaped(NamedTuple):
     """gridroute's overshoot in all."""
     seed_overshoot: int
     """The seed rule's."""
+    tiers: dict[str, int]
+    """gridroute's first attempts read against the seed's tiers (`sim/tier_audit.py`),
+    by verdict; read in every run, shaped or not."""
 
     @classmethod
     def of(cls, rows: dict[str, dict[str, Any]]) -> Shaped:
         ours, ref = rows["gridroute"], rows["saturation"]
-        return cls(ours["latency_p99_s"] or 0.0, ours["overshoot"], ref["overshoot"])
+        return cls(
+            ours["latency_p99_s"] or 0.0,
+            ours["overshoot"],
+            ref["overshoot"],
+            ours.get("tier_rule", {}),
+        )
 
 
 def own_world(i: int) -> tuple[int, int, int, Shaped]:
@@ -96,7 +105,7 @@ def own_world(i: int) -> tuple[int, int, int, Shaped]:
     gridroute's."""
     sc = parse_scenario(_shaped(world(Random(f"own:{i}"), external=(0.0, 0.0), broken=False)))
     with _defect():
-        (c,) = compare(sc, BOTH)
+        (c,) = compare(sc, BOTH, audit=True)
     return i, c.rows["gridroute"]["requests"], c.rows["saturation"]["requests"], Shaped.of(c.rows)
 
 
@@ -116,7 +125,7 @@ def outside_world(i: int) -> Outside:
     left it further from the seed's share than it was."""
     sc = parse_scenario(_shaped(world(Random(f"outside:{i}"), external=(0.5, 1.2))))
     with _defect():
-        (c,) = compare(sc, BOTH)
+        (c,) = compare(sc, BOTH, audit=True)
     rows = c.rows
     sites = [(d.site, d.departure) for d in c.sites]
     idle = idle_beyond_excess(sc, c.clients, rows["gridroute"]["queued_s"])
@@ -289,7 +298,29 @@ def main() -> None:
             f"past capacity, {len(idle)} worlds: slot-time gridroute left idle beyond the "
             f"excess, of the free: median {idle[len(idle) // 2][0]:.1%}, most {top}"
         )
+    print(_tier_rule(span, owns, outs))
     print(f"{2 * args.worlds} worlds in {time.perf_counter() - began:.0f} s")
+
+
+def _tier_rule(span: str, owns: list[Any], outs: list[Any]) -> str:
+    """The issue's first rule read on every first attempt of gridroute's runs
+    (`sim/tier_audit.py`): kept, this gateway's part of an over-full site before a borrow
+    (`own_part`, on purpose), and skips of a lower tier with admissible room, with the
+    worlds that skipped (each row is (world, ..., `Shaped`))."""
+    parts = []
+    for kind, rows in (("own load", owns), ("outside load", outs)):
+        total: Counter[str] = Counter()
+        skipped = []
+        for r in rows:
+            total.update(r[-1].tiers)
+            if r[-1].tiers.get(SKIP):
+                skipped.append((r[0], r[-1].tiers[SKIP]))
+        parts.append(
+            f"{kind} {sum(total.values())} picks: kept {total['kept']}, "
+            f"{OWN_PART} {total[OWN_PART]}, {SKIP} {total[SKIP]}"
+            + (f" (worlds, skips: {skipped})" if skipped else "")
+        )
+    return f"tier rule, {span}, gridroute's first attempts: " + "; ".join(parts)
 
 
 def _overshoot(rows: list[Any], shaped: bool) -> str:

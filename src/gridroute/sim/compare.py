@@ -216,12 +216,14 @@ def compare(
     policies: list[Policy],
     tolerance: float = TOLERANCE,
     confirm: int = CONFIRM_STREAMS,
+    audit: bool = False,
 ) -> list[Comparison]:
     """Every client count of `sc` under each of `policies` (same seed), compared; a site
-    left `unexplained` is run again on `confirm` more streams (`_confirm`)."""
+    left `unexplained` is run again on `confirm` more streams (`_confirm`). `audit` reads
+    gridroute's picks against the seed's tiers (its row's `tier_rule`, `sim/tier_audit`)."""
     out = []
     for clients in sc.client_counts:
-        results = {p.value: SimRun(sc, p, clients).run() for p in policies}
+        results = {p.value: SimRun(sc, p, clients, audit).run() for p in policies}
         c = _compare(sc, clients, results, policies, tolerance)
         confirmed = _confirm(sc, c, policies, tolerance, confirm)
         ranked = _ranked_last(sc, confirmed, policies, tolerance)

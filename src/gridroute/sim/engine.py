@@ -51,6 +51,7 @@ from gridroute.sim.scenario import (
 )
 from gridroute.sim.sessions import BLOCK_TOKENS, Workload
 from gridroute.sim.tally import Probe, Series, Tally
+from gridroute.sim.tier_audit import NOT_TIERED, tier_skip
 from gridroute.sim.worlds import available_slots, build_operators, build_sites, external_changes
 from gridroute.wire.overlay import to_index
 
@@ -124,11 +125,16 @@ def ideal_requests(scenario: Scenario, clients: int) -> int:
 class SimRun:
     """One simulation of `scenario` under `policy` with `clients` clients."""
 
-    def __init__(self, scenario: Scenario, policy: Policy, clients: int) -> None:
+    def __init__(
+        self, scenario: Scenario, policy: Policy, clients: int, audit: bool = False
+    ) -> None:
         sc = scenario
         self.sc = sc
         self.policy = policy
         self.clients = clients
+        # Read each of gridroute's first attempts against the seed's tiers (`tier_audit`;
+        # the row's `tier_rule`). Off by default: it walks every site per decision.
+        self.audit = audit and policy is Policy.GRIDROUTE
         base = f"{sc.seed}:{clients}"
         names = [s.name for s in sc.sites]
         self.sites = build_sites(sc, base)
@@ -332,6 +338,20 @@ class SimRun:
         assert req.flow is not None
         self._do(gw, req, req.flow.send(fed), t)
 
+    def _audit(self, gw: SimGateway, step: Attempt, key: str) -> None:
+        """Count one first attempt against the seed's tier rule (`tier_audit`): the
+        overflow paths (nothing with room) and overlay picks are outside the rule."""
+        path = step.decision.path
+        if path in NOT_TIERED:
+            return
+        plan = step.snapshot.plan(MODEL)
+        if plan is None:
+            return
+        verdict = tier_skip(
+            plan.healthy, gw.own.counts, gw.own.peaks, key, step.snapshot.settings.shedding
+        )
+        self.tally.tier_rule[verdict or "kept"] += 1
+
     def _do(self, gw: SimGateway, req: SimRequest, step: Step, t: float) -> None:
         """Carry out one step of the request's flow."""
         if isinstance(step, Attempt):
@@ -339,6 +359,8 @@ class SimRun:
                 self.tally.retried += 1
             key = step.view.key
             self.tally.picked(t, self.sites[self.site_index[key]].name, step.decision.path.value)
+            if self.audit and step.after is None and self.tally.counts(t):
+                self._audit(gw, step, key)
             self._dispatch(gw, req, key, t)
         elif isinstance(step, Hold):
             if not req.held:  # woken and held again: it keeps its place and its deadline

@@ -21,6 +21,7 @@ Only what happens inside the measured span `[warmup_s, duration_s]` counts:
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,9 @@ class Tally:
     1 or more (the seed's tiers with room leave it out)."""
     picks: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per site, attempts sent there in the measured span by the pick's path."""
+    tier_rule: Counter[str] = field(default_factory=Counter)
+    """gridroute's first attempts in the span read against the seed's tiers, by verdict
+    (`kept`, `own_part`, `skip`: `sim/tier_audit.py`); empty unless the run audits."""
     shed: int = 0
     failed: int = 0
     retried: int = 0
@@ -219,6 +223,7 @@ class Tally:
             "queued_s": round(self.queued_s, 1),
             **client_figures(self.served_by),
             **self._prefill_figures(),
+            **({"tier_rule": dict(sorted(self.tier_rule.items()))} if self.tier_rule else {}),
         }
 
     def _prefill_figures(self) -> dict[str, Any]:
