@@ -45,6 +45,9 @@ class WorldSite:
     queued: int = 0
     """Of the in-flight, what waits in the site's queue although slots are free (an EPP
     flow-control queue); past capacity the excess waits as well."""
+    finished: int = 0
+    """Of gateway 0's in-flight here, what finished after the sample (its counts now are
+    lower than the sample's: between samples, as a running gateway reads them)."""
 
     @property
     def in_flight(self) -> int:
@@ -81,9 +84,11 @@ def worlds(
     external: tuple[float, float] = (0.0, 1.2),
     gateways: tuple[int, int] = (1, 8),
     broken: bool = True,
+    finished: bool = False,
 ) -> World:
     """A world within the issue's ranges; `external` bounds each site's outside load as
-    a fraction of its capacity, `broken` allows failed and missing scrapes."""
+    a fraction of its capacity, `broken` allows failed and missing scrapes, `finished`
+    lets gateway 0's requests finish after the sample (`WorldSite.finished`)."""
     n = draw(st.integers(2, 8))
     g = draw(st.integers(*gateways))
     sites = []
@@ -97,7 +102,8 @@ def worlds(
             draw(st.sampled_from(("ok", "ok", "ok", "ok", "failed", "none"))) if broken else "ok"
         )
         queued = draw(st.sampled_from((0, 0, 0, 1, 3)))
-        sites.append(WorldSite(f"s{i}", cap, ext, held, scrape, queued))
+        done = draw(st.integers(0, held[0])) if finished else 0
+        sites.append(WorldSite(f"s{i}", cap, ext, held, scrape, queued, done))
     return World(tuple(sites))
 
 
@@ -143,6 +149,9 @@ def snapshot(
     snap = state.refresh(samples, rounds, NOW, {}, own, load)
     if reread:
         snap = state.refresh(samples, rounds, NOW + 0.1, {}, own)
+    for s in world.sites:
+        for _ in range(s.finished):
+            own.end(f"{s.name}/p", NOW + 0.005)
     return snap, own
 
 

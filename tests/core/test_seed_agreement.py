@@ -27,7 +27,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gridroute.core import Decision, OwnLoad, Path, Policy, Snapshot, decide, view
+from gridroute.core import Decision, OwnLoad, Policy, Snapshot, decide, view
+from gridroute.sim.tier_audit import NOT_TIERED, OWN_PART, SKIP, tier, tier_skip
 
 from .seed_worlds import MODEL, NOW, World, WorldSite, shares, snapshot, worlds
 
@@ -35,39 +36,24 @@ N = 4000
 TOLERANCE = 0.05
 """The issue's 5 points; each share is estimated from 4,000 draws (sd under 0.8 point)."""
 
-OVERFLOW = {Path.QUEUE_TIE, Path.SATURATED, Path.CAPACITY, Path.FALLBACK, Path.LAST_RESORT}
-"""Paths taken when no tier has room (or nothing healthy): rule 1 does not apply."""
-
 
 def tier_skips(snap: Snapshot, own: OwnLoad, n: int, seed: int) -> Iterator[tuple[Decision, str]]:
     """Rule 1 over `n` requests arriving before the next poll (each routed one stays in
-    flight): every decision that skipped a lower tier with admissible room, and why."""
+    flight): every decision that skipped a lower tier with admissible room, and why
+    (`sim/tier_audit.py`: room by the estimate, within what the budgets grant; with none
+    anywhere, a gateway borrows, so any site with room; this gateway's part of an
+    over-full site before a borrow is on purpose and not yielded)."""
     plan = snap.plan(MODEL)
     assert plan is not None
     rng = Random(seed)
     for _ in range(n):
         counts = dict(own.counts)
         d = decide(snap, MODEL, rng, Policy.GRIDROUTE, own.counts, can_hold=False)
-        if d.view is not None and d.path not in OVERFLOW:
-            tiers: dict[str, int] = {}
-            admissible: list[int] = []
-            for v in plan.healthy:
-                if not v.loaded:
-                    continue
-                mine = counts.get(v.key, 0)
-                room = v.base + mine + 1 <= v.room_ceiling
-                tiers[v.key] = (1 if v.is_queued else 0) if room else (3 if v.full else 2)
-                if room and mine + 1 <= v.budget:
-                    admissible.append(tiers[v.key])
-            if not admissible and not snap.settings.shedding:
-                # Past its share everywhere a gateway may borrow: still the tiers' order.
-                admissible = [t for t in tiers.values() if t <= 1]
-            chosen = tiers.get(d.view.key, 3)
-            if admissible and chosen > min(admissible):
-                yield (
-                    d,
-                    f"{d.path} chose {d.view.site} (tier {chosen}), room in tier {min(admissible)}",
-                )
+        if d.view is not None and d.path not in NOT_TIERED:
+            verdict = tier_skip(plan.healthy, counts, {}, d.view.key, snap.settings.shedding)
+            if verdict == SKIP:
+                tiers = {v.site: tier(v, counts.get(v.key, 0)) for v in plan.healthy if v.loaded}
+                yield (d, f"{d.path} chose {d.view.site}, tiers {tiers}")
         if d.view is not None:
             own.start(d.view.key, NOW + 0.01)
 
@@ -77,6 +63,53 @@ def tier_skips(snap: Snapshot, own: OwnLoad, n: int, seed: int) -> Iterator[tupl
 def test_gridroute_never_skips_a_tier_with_room(world: World, seed: int) -> None:
     snap, own = snapshot(world)
     assert [why for _, why in tier_skips(snap, own, 60, seed)] == []
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(world=worlds(finished=True), seed=st.integers(0, 2**16))
+def test_gridroute_never_skips_a_tier_with_room_between_samples(world: World, seed: int) -> None:
+    """Rule 1 where this gateway's requests finished after the sample: its budget at an
+    over-full site (its part of the ceiling) then admits it where the estimate shows no
+    room, and that site was drawn against sites with room within the budget."""
+    snap, own = snapshot(world)
+    assert [why for _, why in tier_skips(snap, own, 60, seed)] == []
+
+
+def test_regression_an_over_full_sites_part_is_taken_after_room_within_the_budget() -> None:
+    """Shrunk from rule 1 between samples: `b` queued and past its ceiling of 9 (gateway 0
+    held 6 of its 12 at the sample, 3 have finished), so gateway 0's part of the ceiling,
+    9 x 6 / 12, admits a fourth request where the estimate shows no room; `a` queued with
+    room within gateway 0's budget. One pressure draw over both sent `b` some of them."""
+    world = World(
+        (
+            WorldSite("a", 4, 0, (0, 1), queued=1),
+            WorldSite("b", 22, 0, (6, 6), queued=3, finished=3),
+        )
+    )
+    snap, own = snapshot(world)
+    assert [why for _, why in tier_skips(snap, own, 30, seed=0)] == []
+
+
+def test_the_tier_audit_names_the_own_part_before_a_borrow_and_a_skip() -> None:
+    """`sim/tier_audit.tier_skip` on the world above: `b` while `a` has room within the
+    budget is a skip; `b` once `a`'s room is past the budget (this gateway holds 2 there,
+    its budget 1.4) is its own part before a borrow, on purpose; with shedding on nothing
+    past the budget is sent, so no lower tier is there to keep to."""
+    world = World(
+        (
+            WorldSite("a", 4, 0, (0, 1), queued=1),
+            WorldSite("b", 22, 0, (6, 6), queued=3, finished=3),
+        )
+    )
+    snap, own = snapshot(world)
+    plan = snap.plan(MODEL)
+    assert plan is not None
+    now = dict(own.counts)
+    assert tier_skip(plan.healthy, now, {}, "b/p", False) == SKIP
+    assert tier_skip(plan.healthy, now, {}, "a/p", False) is None
+    past = {**now, "a/p": 2}
+    assert tier_skip(plan.healthy, past, {}, "b/p", False) == OWN_PART
+    assert tier_skip(plan.healthy, past, {}, "b/p", True) is None
 
 
 def test_regression_borrowing_takes_queue_free_sites_first() -> None:

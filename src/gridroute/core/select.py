@@ -333,6 +333,11 @@ def decide(
         borrow_queued: list[int] = []  # the same, with work waiting there
         up_free: list[int] = []  # room only within the fraction granted (`budget_up`)
         up_queued: list[int] = []
+        # Within what the budgets grant (whole or the fraction) but no room by the
+        # estimate: this gateway's part of an over-full site. The seed's tiers put such
+        # a site below every site with room.
+        part_free: list[int] = []
+        part_queued: list[int] = []
         room_free: list[int] = []  # the seed's tiers: sites with room by the estimate
         room_queued: list[int] = []
         for i, v in enumerate(healthy):
@@ -360,7 +365,9 @@ def decide(
                     and v.kept >= 0
                     and mine + 1 <= min(max(v.kept, most.get(v.key, 0)), v.keep_cap)
                 )
-            if within:
+            if (within or (fair and mine + 1 <= v.budget_up)) and not site_room:
+                (part_queued if v.is_queued else part_free).append(i)
+            elif within:
                 (queued if v.is_queued else free).append(i)
             elif fair and mine + 1 <= v.budget_up:
                 (up_queued if v.is_queued else up_free).append(i)
@@ -380,6 +387,11 @@ def decide(
                 free, queued = up_free, []
             elif not queued:
                 queued = up_queued
+        if not free and not queued:
+            # No site with room by the estimate within what the budgets grant: this
+            # gateway's part of an over-full site, still before a borrow ("Where
+            # gridroute departs from the seed rule").
+            free, queued = part_free, part_queued
         if free or queued:
             tier = free or queued
             if prefix is not None and prefix.settings.load_bound and affinity is None:
@@ -400,6 +412,9 @@ def decide(
                     and borrow_by_pairs
                     and not s.shedding
                     and (rhos[only] or 0.0) - (rhos[winner] or 0.0) >= BORROW_MARGIN
+                    # the pairs were drawn among queued sites (no budget is left at a
+                    # queue-free one): a queue-free site with room is the seed's tier
+                    and not (room_free and healthy[winner].is_queued)
                 ):
                     # The one site left within budget is one the seed's pairs never
                     # picked, and by a wide margin: borrow where they do, as when no
