@@ -149,7 +149,7 @@ def compare_cmd(
         typer.echo(f"error: --confirm: {confirm}: must be 0 or more", err=True)
         raise typer.Exit(2)
     sc = _scenario(scenario, duration_s)
-    results = compare(sc, chosen, tolerance, confirm)
+    results = compare(sc, chosen, tolerance, confirm, audit=True)
     out = Console()
     if not out.is_terminal:
         out.width = max(out.width, WIDE)

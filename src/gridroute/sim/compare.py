@@ -192,6 +192,11 @@ class Comparison:
             "overshoot": {p: r["overshoot"] for p, r in self.rows.items()},
             "queue_s": {p: r.get("queue_s") for p, r in self.rows.items()},
             "queued_s": {p: r.get("queued_s") for p, r in self.rows.items()},
+            **(
+                {"tier_rule": {p: r["tier_rule"] for p, r in self.rows.items() if "tier_rule" in r}}
+                if any("tier_rule" in r for r in self.rows.values())
+                else {}
+            ),
             "sites": [
                 {
                     "site": d.site,

@@ -17,6 +17,7 @@ from rich.table import Table
 from gridroute.sim.compare import STREAM_NOISE, Comparison, SiteDiff, sides
 from gridroute.sim.engine import RunResult
 from gridroute.sim.scenario import Scenario
+from gridroute.sim.tier_audit import OWN_PART, SKIP
 
 
 def capacity_shares(scenario: Scenario) -> dict[str, float]:
@@ -210,6 +211,18 @@ def _why(d: SiteDiff) -> str:
     return why
 
 
+def tier_rule_line(policy: str, clients: int, verdicts: dict[str, int]) -> str:
+    """One run's first attempts read against the seed's tiers (`sim/tier_audit.py`): the
+    issue's first rule over time, which the shares above cannot show."""
+    kept, own, skip = (verdicts.get(k, 0) for k in ("kept", OWN_PART, SKIP))
+    return (
+        f"{clients} clients: {policy}'s first attempts against the seed's tiers: kept "
+        f"{kept}, its part of an over-full site before a borrow ({OWN_PART}) {own}, a "
+        f"lower tier with admissible room skipped ({SKIP}) {skip} (docs/selection.md, "
+        "'Where gridroute departs from the seed rule', Tiers)"
+    )
+
+
 PICKS_SHOWN = 3
 """Paths shown per site in the comparison table (the JSON has them all)."""
 
@@ -224,6 +237,10 @@ def _picks(by_path: dict[str, int]) -> str:
 
 def print_comparison(scenario: Scenario, results: list[Comparison], out: Console) -> None:
     out.print(comparison_table(scenario, results))
+    for c in results:
+        for policy, row in c.rows.items():
+            if "tier_rule" in row:
+                out.print(tier_rule_line(policy, c.clients, row["tier_rule"]))
     unexplained = sum(len(c.unexplained) for c in results)
     noise = sum(1 for c in results for d in c.sites if d.departure == STREAM_NOISE)
     out.print(
