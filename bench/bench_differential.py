@@ -302,11 +302,15 @@ def main() -> None:
     print(f"{2 * args.worlds} worlds in {time.perf_counter() - began:.0f} s")
 
 
+TIER_WORLDS_SHOWN = 8
+"""Worlds named on the tier rule's line, those with the most skips first."""
+
+
 def _tier_rule(span: str, owns: list[Any], outs: list[Any]) -> str:
     """The issue's first rule read on every first attempt of gridroute's runs
     (`sim/tier_audit.py`): kept, this gateway's part of an over-full site before a borrow
     (`own_part`, on purpose), and skips of a lower tier with admissible room, with the
-    worlds that skipped (each row is (world, ..., `Shaped`))."""
+    worlds that skipped most (each row is (world, ..., `Shaped`))."""
     parts = []
     for kind, rows in (("own load", owns), ("outside load", outs)):
         total: Counter[str] = Counter()
@@ -315,10 +319,15 @@ def _tier_rule(span: str, owns: list[Any], outs: list[Any]) -> str:
             total.update(r[-1].tiers)
             if r[-1].tiers.get(SKIP):
                 skipped.append((r[0], r[-1].tiers[SKIP]))
+        skipped.sort(key=lambda ws: -ws[1])
         parts.append(
             f"{kind} {sum(total.values())} picks: kept {total['kept']}, "
             f"{OWN_PART} {total[OWN_PART]}, {SKIP} {total[SKIP]}"
-            + (f" (worlds, skips: {skipped})" if skipped else "")
+            + (
+                f" in {len(skipped)} worlds (most: {skipped[:TIER_WORLDS_SHOWN]})"
+                if skipped
+                else ""
+            )
         )
     return f"tier rule, {span}, gridroute's first attempts: " + "; ".join(parts)
 

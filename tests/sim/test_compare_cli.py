@@ -52,11 +52,13 @@ def test_compare_names_where_the_policies_differ_and_why(tmp_path: Path) -> None
     sent = sum(n for p in picks.values() for n in p["gridroute"].values())
     assert abs(sent - busy["requests"]["gridroute"]) <= 40, (sent, busy["requests"])
     assert "gridroute picks" in result.output
-    # The seed's tier rule read on every first attempt (`sim/tier_audit.py`): only
-    # gridroute's, and each one kept to it here (its picks all with room, above).
+    # The seed's tier rule read on gridroute's first attempts (`sim/tier_audit.py`; not
+    # retries, not the overflow tiers): none skipped a tier with room.
     tiers = busy["tier_rule"]
-    assert set(tiers) == {"gridroute"} and tiers["gridroute"] == {"kept": sent}, tiers
-    assert f"40 clients: gridroute's first attempts against the seed's tiers: kept {sent}," in (
+    assert set(tiers) == {"gridroute"} and "skip" not in tiers["gridroute"], tiers
+    kept = tiers["gridroute"]["kept"]
+    assert 0 < kept <= sent, (kept, sent)
+    assert f"40 clients: gridroute's first attempts against the seed's tiers: kept {kept}," in (
         result.output.replace("\n", " ")
     )
 

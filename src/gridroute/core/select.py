@@ -390,8 +390,10 @@ def decide(
         if not free and not queued:
             # No site with room by the estimate within what the budgets grant: this
             # gateway's part of an over-full site, still before a borrow ("Where
-            # gridroute departs from the seed rule").
-            free, queued = part_free, part_queued
+            # gridroute departs from the seed rule"), not-full sites first as in the
+            # seed's overflow tiers.
+            free = [i for i in part_free if not healthy[i].full] or part_free
+            queued = [i for i in part_queued if not healthy[i].full] or part_queued
         if free or queued:
             tier = free or queued
             if prefix is not None and prefix.settings.load_bound and affinity is None:

@@ -338,18 +338,23 @@ class SimRun:
         assert req.flow is not None
         self._do(gw, req, req.flow.send(fed), t)
 
-    def _audit(self, gw: SimGateway, step: Attempt, key: str) -> None:
-        """Count one first attempt against the seed's tier rule (`tier_audit`): the
-        overflow paths (nothing with room) and overlay picks are outside the rule."""
+    def _audit(self, gw: SimGateway, step: Attempt, key: str, t: float) -> None:
+        """Count one first attempt against the seed's tier rule (`tier_audit`) on what
+        `decide` read: the sites it was offered (ejected ones are excluded from a first
+        attempt) and the counts it used (the sample's own with `local_accounting` off).
+        The overflow paths (nothing with room) and overlay picks are outside the rule."""
         path = step.decision.path
         if path in NOT_TIERED:
             return
-        plan = step.snapshot.plan(MODEL)
+        snap = step.snapshot
+        plan = snap.plan(MODEL)
         if plan is None:
             return
-        verdict = tier_skip(
-            plan.healthy, gw.own.counts, gw.own.peaks, key, step.snapshot.settings.shedding
-        )
+        ejected = gw.ejections.out(t)  # without the snapshot: reads, judges nothing
+        healthy = [v for v in plan.healthy if v.key not in ejected]
+        s = snap.settings
+        counts = gw.own.counts if s.local_accounting else {v.key: v.own_at_sample for v in healthy}
+        verdict = tier_skip(healthy, counts, gw.own.peaks, key, s.shedding)
         self.tally.tier_rule[verdict or "kept"] += 1
 
     def _do(self, gw: SimGateway, req: SimRequest, step: Step, t: float) -> None:
@@ -360,7 +365,7 @@ class SimRun:
             key = step.view.key
             self.tally.picked(t, self.sites[self.site_index[key]].name, step.decision.path.value)
             if self.audit and step.after is None and self.tally.counts(t):
-                self._audit(gw, step, key)
+                self._audit(gw, step, key, t)
             self._dispatch(gw, req, key, t)
         elif isinstance(step, Hold):
             if not req.held:  # woken and held again: it keeps its place and its deadline

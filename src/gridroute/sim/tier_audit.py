@@ -38,13 +38,15 @@ NOT_TIERED = frozenset(
     }
 )
 """Paths the rule does not read: the overflow tiers (no site has room), nothing healthy,
-`first`, an overlay's picker, and prefix affinity without a load bound (which prefers the
-cached prefix over the tiers on purpose: docs/prefix-affinity.md)."""
+`first`, an overlay's picker, and prefix affinity (without a load bound it prefers the
+cached prefix over the tiers on purpose, docs/prefix-affinity.md; with one it picks
+inside the tier `decide` chose, which the decision does not tell apart)."""
 
 OWN_PART = "own_part"
 """This gateway's part of a site with no room by the estimate (an over-full site), taken
 while the only room elsewhere is past its budgets: before a borrow, on purpose
-(docs/selection.md, "Where gridroute departs from the seed rule")."""
+(docs/selection.md, "Where gridroute departs from the seed rule"); a site that is not
+marked full first, as the seed's overflow tiers take them."""
 SKIP = "skip"
 """A lower tier had room this gateway may admit into: the rule broken."""
 
@@ -76,13 +78,14 @@ def tier_skip(
     `OWN_PART` or `SKIP` (module docstring). Sites without a load reading have no tier."""
     tiers: dict[str, int] = {}
     admissible: list[int] = []
+    parts: list[int] = []  # tiers of the sites without room that the budgets grant
     for v in healthy:
         if not v.loaded:
             continue
         mine = counts.get(v.key, 0)
         t = tiers[v.key] = tier(v, mine)
-        if t <= 1 and granted(v, mine, peaks):
-            admissible.append(t)
+        if granted(v, mine, peaks):
+            (admissible if t <= 1 else parts).append(t)
     if chosen not in tiers:
         return None
     lowest = min(admissible, default=None)
@@ -90,7 +93,6 @@ def tier_skip(
         lowest = min((t for t in tiers.values() if t <= 1), default=None)
     if lowest is None or tiers[chosen] <= lowest:
         return None
-    view = next(v for v in healthy if v.key == chosen)
-    if not admissible and granted(view, counts.get(chosen, 0), peaks):
-        return OWN_PART
+    if not admissible and tiers[chosen] == min(parts, default=-1):
+        return OWN_PART  # granted, and in the lowest tier of the parts granted
     return SKIP
