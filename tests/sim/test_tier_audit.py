@@ -40,6 +40,9 @@ def _run(kind: str, i: int, queue_ms: int = 0) -> dict[str, int]:
         ("outside", 187, 0),  # 12 after the first fix: a queued site borrowed by pairs
         ("outside", 12, 0),  # while a queue-free site had room
         ("outside", 35, 500),  # 208 with an admission queue
+        # the audit read a refill past the budget at a site without room as granted
+        # (15 false skips); `decide` refills only where the estimate shows room
+        ("outside", 443, 500),
         ("own", 87, 0),  # 1,079 with all load gridroute's own
     ],
 )

@@ -52,11 +52,14 @@ SKIP = "skip"
 
 
 def granted(v: SiteView, mine: int, peaks: Mapping[str, int]) -> bool:
-    """Whether the budgets grant this gateway one more request at `v` (room aside)."""
+    """Whether the budgets grant this gateway one more request at `v`: its budget, the
+    fraction granted, or (with an admission queue, and only where the estimate shows
+    room, as `decide` reads it) what it held there since the sample."""
     if mine + 1 <= max(v.budget, v.budget_up):
         return True
-    held = max(v.kept, peaks.get(v.key, 0)) if v.kept >= 0 else -1
-    return mine + 1 <= min(held, v.keep_cap)
+    if v.kept < 0 or v.base + mine + 1 > v.room_ceiling:
+        return False
+    return mine + 1 <= min(max(v.kept, peaks.get(v.key, 0)), v.keep_cap)
 
 
 def tier(v: SiteView, mine: int) -> int:
