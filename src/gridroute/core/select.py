@@ -365,11 +365,12 @@ def decide(
                     and v.kept >= 0
                     and mine + 1 <= min(max(v.kept, most.get(v.key, 0)), v.keep_cap)
                 )
-            if (within or (fair and mine + 1 <= v.budget_up)) and not site_room:
+            granted = within or (fair and mine + 1 <= v.budget_up)
+            if granted and not site_room:
                 (part_queued if v.is_queued else part_free).append(i)
             elif within:
                 (queued if v.is_queued else free).append(i)
-            elif fair and mine + 1 <= v.budget_up:
+            elif granted:
                 (up_queued if v.is_queued else up_free).append(i)
             elif site_room and not s.shedding:
                 # With shedding on, never past the budget: every gateway borrows on the
