@@ -347,7 +347,7 @@ def decide(
             # Rank by this gateway's own load plus only its share of other gateways' (a
             # poll old: ranking on all of it makes gateways herd together; more of it at
             # a site mostly held from outside) and all of the external load. (Inlined
-            # SiteView.pick_rho: this loop is the request path.)
+            # SiteView.pick_rho and has_room: this loop is the request path.)
             ceiling = v.room_ceiling
             rhos[i] = (mine + v.ranked_others) / ceiling
             site_room = v.base + mine + 1 <= ceiling
@@ -360,11 +360,7 @@ def decide(
                 # is its own: past a budget that counts only what it held at the sample,
                 # a slot its request just freed would idle while the next request waits
                 # out the queue and then borrows it anyway.
-                within = mine + 1 <= v.budget or (
-                    site_room
-                    and v.kept >= 0
-                    and mine + 1 <= min(max(v.kept, most.get(v.key, 0)), v.keep_cap)
-                )
+                within = mine + 1 <= v.budget or (site_room and v.refills(mine, most.get(v.key, 0)))
             granted = within or (fair and mine + 1 <= v.budget_up)
             if granted and not site_room:
                 (part_queued if v.is_queued else part_free).append(i)

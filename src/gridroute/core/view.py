@@ -127,6 +127,18 @@ class SiteView:
         gateway's own now, over the (KV-bounded) ceiling."""
         return (self.base + mine) / self.room_ceiling
 
+    def has_room(self, mine: int) -> bool:
+        """Whether one more request of this gateway's fits under the (KV-bounded)
+        ceiling by the estimate: others at the sample plus its own now."""
+        return self.base + mine + 1 <= self.room_ceiling
+
+    def refills(self, mine: int, peak: int) -> bool:
+        """With an admission queue, whether this gateway may take one more request here
+        past its budget as a refill of what it held since the sample (`kept`, and `peak`
+        since the snapshot: `OwnLoad.peaks`), up to `keep_cap`; only where the site has
+        room by the estimate (`has_room`, which the caller checks)."""
+        return self.kept >= 0 and mine + 1 <= min(max(self.kept, peak), self.keep_cap)
+
     def pick_rho(self, mine: int) -> float:
         """What gridroute's picks compare: this gateway's own in-flight plus only its share
         of what other gateways sent (a poll old; more of it at a site mostly held from

@@ -186,17 +186,14 @@ class Comparison:
         return [d for d in self.sites if d.departure == UNEXPLAINED]
 
     def as_dict(self) -> dict[str, Any]:
+        tiers = {p: r["tier_rule"] for p, r in self.rows.items() if "tier_rule" in r}
         return {
             "clients": self.clients,
             "requests": {p: r["requests"] for p, r in self.rows.items()},
             "overshoot": {p: r["overshoot"] for p, r in self.rows.items()},
             "queue_s": {p: r.get("queue_s") for p, r in self.rows.items()},
             "queued_s": {p: r.get("queued_s") for p, r in self.rows.items()},
-            **(
-                {"tier_rule": {p: r["tier_rule"] for p, r in self.rows.items() if "tier_rule" in r}}
-                if any("tier_rule" in r for r in self.rows.values())
-                else {}
-            ),
+            **({"tier_rule": tiers} if tiers else {}),
             "sites": [
                 {
                     "site": d.site,

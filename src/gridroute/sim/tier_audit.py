@@ -54,18 +54,16 @@ SKIP = "skip"
 def granted(v: SiteView, mine: int, peaks: Mapping[str, int]) -> bool:
     """Whether the budgets grant this gateway one more request at `v`: its budget, the
     fraction granted, or (with an admission queue, and only where the estimate shows
-    room, as `decide` reads it) what it held there since the sample."""
+    room, as `decide` reads it) what it held there since the sample (`SiteView.refills`)."""
     if mine + 1 <= max(v.budget, v.budget_up):
         return True
-    if v.kept < 0 or v.base + mine + 1 > v.room_ceiling:
-        return False
-    return mine + 1 <= min(max(v.kept, peaks.get(v.key, 0)), v.keep_cap)
+    return v.has_room(mine) and v.refills(mine, peaks.get(v.key, 0))
 
 
 def tier(v: SiteView, mine: int) -> int:
     """The seed's tier of `v` on the estimate: 0 queue-free with room, 1 queued with room,
     2 not full, 3 full."""
-    if v.base + mine + 1 <= v.room_ceiling:
+    if v.has_room(mine):
         return 1 if v.is_queued else 0
     return 3 if v.full else 2
 
