@@ -1,7 +1,7 @@
 """The default policy against the seed rule in generated worlds (issue 23).
 
     .venv/bin/python bench/bench_differential.py [--worlds 60] [--first 0] [--jobs 1]
-        [--clients-times K] [--max-queue-ms MS] [--defect NAME]
+        [--clients-times K] [--max-queue-ms MS] [--service DIST] [--defect NAME]
 
 Draws `--worlds` worlds of each kind (`sim/compare.world`: 2-8 sites of 1-256 slots,
 1-8 gateways, failed scrapes), numbered from `--first`, and runs `gridroute` and the
@@ -29,6 +29,10 @@ three times it (BENCHMARKS.md, "Tried, not kept: the seed's two-site split"). Ea
 then also reads the overshoot of both policies in all, and gridroute's p99 latency.
 `--max-queue-ms MS` gives every world an admission queue of MS (so fair order is on:
 docs/selection.md, "Fair admission past capacity"), for the same reading.
+`--service DIST` (`exponential` or `lognormal`) draws each request's service time
+around the same 200 ms mean where the drawn worlds hold it constant: closed-loop clients
+on a constant time move in step, which a long tail breaks up (a queue's collisions
+that one world hides, another shows). The rules were read on constant times.
 
 `--defect NAME` runs gridroute with a known defect the rules must never hide (`_defect`):
 `undo-external-ranking` (its split of external load undone; the same as
@@ -73,6 +77,8 @@ def _shaped(w: dict[str, Any]) -> dict[str, Any]:
     queue = _SHAPE.get("queue_ms", 0.0)
     if queue:
         w["availability"] = {"max_queue_ms": int(queue)}
+    if _SERVICE:
+        w["service"] = {"distribution": _SERVICE[0]}
     return w
 
 
@@ -153,11 +159,20 @@ _SHAPE: dict[str, float] = {}
 """This process's `--clients-times` (`times`) and `--max-queue-ms` (`queue_ms`)."""
 
 
-def _set_defect(defect: str, times: float = 1.0, queue_ms: int = 0) -> None:
+_SERVICE: list[str] = []
+"""This process's `--service`, empty for the drawn worlds' constant time."""
+
+SERVICES = ("constant", "exponential", "lognormal")
+
+
+def _set_defect(
+    defect: str, times: float = 1.0, queue_ms: int = 0, service: str = "constant"
+) -> None:
     """Process initializer: every worker runs gridroute with the same defect, the same
-    factor on each world's clients and the same admission queue."""
+    factor on each world's clients, the same admission queue and service times."""
     _DEFECT[:] = [defect] if defect else []
     _SHAPE.update(times=times, queue_ms=queue_ms)
+    _SERVICE[:] = [] if service == "constant" else [service]
 
 
 @contextlib.contextmanager
@@ -226,6 +241,12 @@ def main() -> None:
         default=0,
         help="run each world with an admission queue of MS (fair order on) [0: none]",
     )
+    ap.add_argument(
+        "--service",
+        choices=SERVICES,
+        default="constant",
+        help="each request's service time around 200 ms [constant, as drawn]",
+    )
     args = ap.parse_args()
     if args.max_queue_ms < 0:
         ap.error(f"--max-queue-ms: 0 or more, not {args.max_queue_ms}")
@@ -239,8 +260,10 @@ def main() -> None:
         ap.error(f"--defect: unknown defect {defect!r} (known: {', '.join(DEFECTS)})")
     if name == "misread-outside" and not re.fullmatch(r"\d+(\.\d*)?", arg):
         ap.error(f"--defect: misread-outside needs a factor, misread-outside:K, not {defect!r}")
-    init = functools.partial(_set_defect, defect, args.clients_times, args.max_queue_ms)
-    shaped = args.clients_times != 1.0 or args.max_queue_ms > 0
+    init = functools.partial(
+        _set_defect, defect, args.clients_times, args.max_queue_ms, args.service
+    )
+    shaped = args.clients_times != 1.0 or args.max_queue_ms > 0 or args.service != "constant"
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1), initializer=init) as pool:
         owns = list(pool.map(own_world, ids))
         outs = list(pool.map(outside_world, ids))
@@ -253,6 +276,8 @@ def main() -> None:
         span += f" at {args.clients_times:g} times their clients"
     if args.max_queue_ms:
         span += f" with a {args.max_queue_ms} ms admission queue"
+    if args.service != "constant":
+        span += f", {args.service} service"
     print(
         f"own load, {span}: goodput gridroute / saturation "
         f"{ours / max(theirs, 1):.3f} in all, {worst:.3f} at worst; "

@@ -11,6 +11,8 @@ count the same slot meanwhile, as it could while the borrow was in flight
 
 from __future__ import annotations
 
+from random import Random
+
 import pytest
 
 from gridroute.core import (
@@ -26,6 +28,7 @@ from gridroute.core import (
 from gridroute.core.demand import DemandMeter, report
 from gridroute.core.flow import Attempt, Hold, request_flow
 from gridroute.core.gateway_load import combine
+from gridroute.core.select import decide
 
 from .flow_driver import FakeGrid
 from .grid_builder import MODEL, Grid, Site
@@ -178,3 +181,38 @@ def test_a_refill_stops_at_the_demand_target_rounded_up() -> None:
     own.end("a/p", 1.3, MODEL)
     step = next(request_flow(FakeGrid(snap, own, now=1.3), MODEL, Policy.GRIDROUTE))
     assert isinstance(step, Hold)
+
+
+def test_a_refill_comes_after_room_within_the_whole_budget() -> None:
+    # The slot a refill takes showed free at the sample, so another gateway's budget may
+    # count it too: with whole room left in its budget at another site of the same tier,
+    # the gateway takes that room. Taken side by side, the two-site formula sent one
+    # request in ten to the refill (its 10 % floor) and they collided with the other
+    # gateways' budgets (outside-load world 209 of `bench/bench_differential.py` with a
+    # 500 ms queue: 34 overshoots where no queue has none).
+    s = AvailabilitySettings(freshness_window_ms=1500, lookback_ms=1500, max_queue_ms=500)
+    # a: 7 of 8 slots held by another gateway; c: 10 of 20 in flight are this gateway's.
+    g = Grid([Site("a", running=7.0, max_running=8.0), Site("c", running=20.0)], s)
+    for _ in range(10):
+        g.own.start("c/p", 0.9, MODEL)
+    samples = [g.sample(site, 1.0) for site in g.sites]
+    reports = combine({"here": (2, {"a/p": 7.0, "c/p": 20.0})}, g.own.counts)
+    snap = g.state.refresh(samples, {"a": 1.0, "c": 1.0}, 1.0, {}, g.own, reports)
+    a, c = snap.view("a/p"), snap.view("c/p")
+    assert a is not None and c is not None
+    assert a.budget_up < 1.0 <= c.budget - 10  # no share of a's slot; room left at c
+    g.own.start("a/p", 1.6, MODEL)  # a hold ran out and borrowed a's last slot
+    g.own.end("a/p", 1.8, MODEL)  # answered: a refill may take it again
+    assert a.refills(0, g.own.peaks.get("a/p", 0))
+    rng = Random(7)
+    picked = set()
+    for _ in range(200):
+        d = decide(snap, MODEL, rng, Policy.GRIDROUTE, g.own.counts, peaks=g.own.peaks)
+        assert d.view is not None
+        picked.add(d.view.site)
+    assert picked == {"c"}
+    # With c's budget used up, the refill is taken (not a hold).
+    for _ in range(int(c.budget) - 10):
+        g.own.start("c/p", 1.8, MODEL)
+    d = decide(snap, MODEL, rng, Policy.GRIDROUTE, g.own.counts, peaks=g.own.peaks)
+    assert d.view is not None and d.view.site == "a" and d.path is Path.SINGLE

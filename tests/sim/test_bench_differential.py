@@ -55,3 +55,14 @@ def test_a_factor_of_no_clients_is_refused() -> None:
     done = _bench("--first", "2048", "--worlds", "1", "--clients-times", "0")
     assert done.returncode != 0
     assert "--clients-times: a factor above 0" in done.stderr
+
+
+def test_a_world_runs_with_service_times_drawn_around_the_same_mean() -> None:
+    """`--service lognormal` replaces the drawn worlds' constant 200 ms, which moves
+    closed-loop clients in step: gridroute's p99 reads the tail (constant: 0.2 s)."""
+    done = _bench("--first", "2048", "--worlds", "1", "--service", "lognormal")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "worlds 2048-2048, lognormal service" in lines[0], done.stdout
+    p99 = re.search(r"gridroute's p99 (\d+\.\d+) s", lines[1])
+    assert p99 is not None and float(p99.group(1)) > 0.3, lines[1]

@@ -333,6 +333,10 @@ def decide(
         borrow_queued: list[int] = []  # the same, with work waiting there
         up_free: list[int] = []  # room only within the fraction granted (`budget_up`)
         up_queued: list[int] = []
+        # Room by the estimate only as a refill of what it held since the sample
+        # (`SiteView.refills`), after the fractions: another gateway's budget counts it.
+        refill_free: list[int] = []
+        refill_queued: list[int] = []
         # Within what the budgets grant (whole or the fraction) but no room by the
         # estimate: this gateway's part of an over-full site. The seed's tiers put such
         # a site below every site with room.
@@ -353,14 +357,7 @@ def decide(
             site_room = v.base + mine + 1 <= ceiling
             if site_room:
                 (room_queued if v.is_queued else room_free).append(i)
-            if not fair:
-                within = site_room
-            else:
-                # With an admission queue, what this gateway held here since the sample
-                # is its own: past a budget that counts only what it held at the sample,
-                # a slot its request just freed would idle while the next request waits
-                # out the queue and then borrows it anyway.
-                within = mine + 1 <= v.budget or (site_room and v.refills(mine, most.get(v.key, 0)))
+            within = mine + 1 <= v.budget if fair else site_room
             granted = within or (fair and mine + 1 <= v.budget_up)
             if granted and not site_room:
                 (part_queued if v.is_queued else part_free).append(i)
@@ -368,6 +365,14 @@ def decide(
                 (queued if v.is_queued else free).append(i)
             elif granted:
                 (up_queued if v.is_queued else up_free).append(i)
+            elif fair and site_room and v.refills(mine, most.get(v.key, 0)):
+                # With an admission queue, what this gateway held here since the sample
+                # is its own: past a budget that counts only what it held at the sample,
+                # a slot its request just freed would idle while the next request waits
+                # out the queue and then borrows it anyway. The sample showed that slot
+                # free, so other gateways' budgets may count it too: it comes after the
+                # whole budgets and their fractions in its tier.
+                (refill_queued if v.is_queued else refill_free).append(i)
             elif site_room and not s.shedding:
                 # With shedding on, never past the budget: every gateway borrows on the
                 # same poll-old estimate, so borrowing herds them onto the site (measured
@@ -379,11 +384,13 @@ def decide(
         if not free:
             # A budget's fraction is taken only where the whole budgets leave this tier
             # no room: granted with its probability, it may be granted to every gateway
-            # sharing the site at once (`GridState._whole`).
+            # sharing the site at once (`GridState._whole`). A refill comes after it.
             if up_free:
                 free, queued = up_free, []
+            elif refill_free:
+                free, queued = refill_free, []
             elif not queued:
-                queued = up_queued
+                queued = up_queued or refill_queued
         if not free and not queued:
             # No site with room by the estimate within what the budgets grant: this
             # gateway's part of an over-full site, still before a borrow ("Where
