@@ -186,10 +186,10 @@ def test_a_refill_stops_at_the_demand_target_rounded_up() -> None:
 def test_a_refill_comes_after_room_within_the_whole_budget() -> None:
     # The slot a refill takes showed free at the sample, so another gateway's budget may
     # count it too: with whole room left in its budget at another site of the same tier,
-    # the gateway takes that room. Taken side by side, the two-site formula sent one
-    # request in ten to the refill (its 10 % floor) and they collided with the other
-    # gateways' budgets (outside-load world 209 of `bench/bench_differential.py` with a
-    # 500 ms queue: 34 overshoots where no queue has none).
+    # the gateway takes that room. Taken side by side, the two-site formula sent 35 of
+    # these 200 requests to the refill, and in simulated runs such refills collided with
+    # the other gateways' budgets (outside-load world 209 of `bench/bench_differential.py`
+    # with a 500 ms queue: 34 overshoots where no queue has none).
     s = AvailabilitySettings(freshness_window_ms=1500, lookback_ms=1500, max_queue_ms=500)
     # a: 7 of 8 slots held by another gateway; c: 10 of 20 in flight are this gateway's.
     g = Grid([Site("a", running=7.0, max_running=8.0), Site("c", running=20.0)], s)
