@@ -70,7 +70,8 @@ Moved = tuple[str, str, bool]
 
 
 def _shaped(w: dict[str, Any]) -> dict[str, Any]:
-    """World `w` with `--clients-times` times its clients and `--max-queue-ms` set."""
+    """World `w` with `--clients-times` times its clients, `--max-queue-ms` and
+    `--service` set."""
     times = _SHAPE.get("times", 1.0)
     if times != 1.0:
         w["clients"] = [max(1, round(n * times)) for n in w["clients"]]
@@ -83,7 +84,8 @@ def _shaped(w: dict[str, Any]) -> dict[str, Any]:
 
 
 class Shaped(NamedTuple):
-    """What a shaped run (`--clients-times`, `--max-queue-ms`) reads besides the rules."""
+    """What a shaped run (`--clients-times`, `--max-queue-ms`, `--service`) reads besides
+    the rules."""
 
     p99: float
     """gridroute's p99 latency (an admission queue holds requests at the gateway)."""
@@ -156,7 +158,8 @@ _DEFECT: list[str] = []
 
 
 _SHAPE: dict[str, float] = {}
-"""This process's `--clients-times` (`times`) and `--max-queue-ms` (`queue_ms`)."""
+"""This process's `--clients-times` (`times`) and `--max-queue-ms` (`queue_ms`); its
+`--service` is `_SERVICE`."""
 
 
 _SERVICE: list[str] = []

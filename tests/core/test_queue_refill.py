@@ -216,3 +216,49 @@ def test_a_refill_comes_after_room_within_the_whole_budget() -> None:
         g.own.start("c/p", 1.8, MODEL)
     d = decide(snap, MODEL, rng, Policy.GRIDROUTE, g.own.counts, peaks=g.own.peaks)
     assert d.view is not None and d.view.site == "a" and d.path is Path.SINGLE
+
+
+def _three_sites() -> Grid:
+    """w: 70 of its 95 in flight this gateway's (whole room left in its budget, rho
+    0.86 as it ranks); r and x: 7 of 8 held by another gateway (rho 0.56), no whole
+    slot in this gateway's budget at either. The seed's pairs always pick r or x, more
+    than `BORROW_MARGIN` below w."""
+    s = AvailabilitySettings(freshness_window_ms=1500, lookback_ms=1500, max_queue_ms=500)
+    sites = [Site("w", running=95.0), Site("r", running=7.0, max_running=8.0)]
+    g = Grid([*sites, Site("x", running=7.0, max_running=8.0)], s)
+    for _ in range(70):
+        g.own.start("w/p", 0.9, MODEL)
+    return g
+
+
+def _snap(g: Grid) -> Snapshot:
+    samples = [g.sample(site, 1.0) for site in g.sites]
+    reports = combine({"here": (2, {"w/p": 95.0, "r/p": 7.0, "x/p": 7.0})}, g.own.counts)
+    return g.state.refresh(samples, {s.name: 1.0 for s in g.sites}, 1.0, {}, g.own, reports)
+
+
+def test_with_a_refill_left_the_pairs_do_not_borrow_past_the_budget() -> None:
+    # Without a refill, the one site left within the budget (w) is far fuller than the
+    # seed's pick, so the request borrows the pick (`BORROW_MARGIN`); with a refill at
+    # r it takes w's whole room first, and refills next: never a borrow before either.
+    g = _three_sites()
+    snap = _snap(g)
+    rng = Random(3)
+    d = decide(snap, MODEL, rng, Policy.GRIDROUTE, g.own.counts, peaks=g.own.peaks)
+    assert d.path is Path.BORROW and d.view is not None and d.view.site in ("r", "x")
+    g.own.start("r/p", 1.6, MODEL)
+    g.own.end("r/p", 1.8, MODEL)
+    for _ in range(100):
+        d = decide(snap, MODEL, rng, Policy.GRIDROUTE, g.own.counts, peaks=g.own.peaks)
+        assert d.path is not Path.BORROW and d.view is not None and d.view.site == "w"
+
+
+def test_a_queue_free_refill_comes_before_a_queued_sites_whole_room() -> None:
+    # The tiers first: queue-free before queued, a refill included.
+    g = _three_sites()
+    g.sites[0].waiting = 1.0  # w has work waiting: the queued tier
+    snap = _snap(g)
+    g.own.start("r/p", 1.6, MODEL)
+    g.own.end("r/p", 1.8, MODEL)
+    d = decide(snap, MODEL, Random(3), Policy.GRIDROUTE, g.own.counts, peaks=g.own.peaks)
+    assert d.view is not None and d.view.site == "r" and d.path is Path.SINGLE

@@ -412,8 +412,11 @@ def decide(
                     v = healthy[k]
                     return Decision(Outcome.ROUTE, Path.PRESSURE_P2C, v, refused, None, rhos[k])
                 only = tier[0]
+                kin = refill_free if free else refill_queued
                 if (
                     len(tier) == 1
+                    # a refill of its tier comes after the whole budget, and before a borrow
+                    and (tier is kin or not kin)
                     and winner >= 0
                     and borrow_by_pairs
                     and not s.shedding
