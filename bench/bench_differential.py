@@ -54,11 +54,10 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from random import Random
 from typing import Any, NamedTuple
 
 from gridroute.core import Policy, gridstate, view
-from gridroute.sim.compare import TOLERANCE, _noise, compare, idle_beyond_excess, world
+from gridroute.sim.compare import TOLERANCE, _noise, compare, harness_world, idle_beyond_excess
 from gridroute.sim.engine import SimRun
 from gridroute.sim.scenario import parse_scenario
 from gridroute.sim.tier_audit import OWN_PART, SKIP
@@ -111,7 +110,7 @@ class Shaped(NamedTuple):
 def own_world(i: int) -> tuple[int, int, int, Shaped]:
     """(world, gridroute's requests, the seed's, what a shaped run reads) with all load
     gridroute's."""
-    sc = parse_scenario(_shaped(world(Random(f"own:{i}"), external=(0.0, 0.0), broken=False)))
+    sc = parse_scenario(_shaped(harness_world("own", i)))
     with _defect():
         (c,) = compare(sc, BOTH, audit=True)
     return i, c.rows["gridroute"]["requests"], c.rows["saturation"]["requests"], Shaped.of(c.rows)
@@ -131,7 +130,7 @@ def outside_world(i: int) -> Outside:
     share the defect moved past the tolerance and its noise: gridroute's share with the
     defect against its share without it, on the same stream; away where the defect
     left it further from the seed's share than it was."""
-    sc = parse_scenario(_shaped(world(Random(f"outside:{i}"), external=(0.5, 1.2))))
+    sc = parse_scenario(_shaped(harness_world("outside", i)))
     with _defect():
         (c,) = compare(sc, BOTH, audit=True)
     rows = c.rows

@@ -121,14 +121,13 @@ def test_compare_shows_the_level_share_a_level_departure_is_read_against(
     (its requests queued behind outside load) and sent s1 1.1 %; gridroute's 16.3 % is
     within 5 points of the level share (13.6 %: the clients spread so that every site
     they use ends at one pressure). The table's `why` and the JSON say so."""
-    from random import Random
 
     import yaml
 
-    from gridroute.sim.compare import world
+    from gridroute.sim.compare import harness_world
 
     scenario = tmp_path / "world-602.yaml"
-    scenario.write_text(yaml.safe_dump(world(Random("outside:602"), external=(0.5, 1.2))))
+    scenario.write_text(yaml.safe_dump(harness_world("outside", 602)))
     out = tmp_path / "compare.json"
     result = CliRunner().invoke(
         app, ["sim", "compare", str(scenario), "--json", str(out)], env={"COLUMNS": "400"}

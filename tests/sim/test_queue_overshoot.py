@@ -10,18 +10,16 @@ at the site since the sample"; BENCHMARKS.md, "A refill after the budgets")."""
 
 from __future__ import annotations
 
-from random import Random
-
 import pytest
 
 from gridroute.core import Policy
-from gridroute.sim.compare import world
+from gridroute.sim.compare import harness_world
 from gridroute.sim.engine import SimRun
 from gridroute.sim.scenario import parse_scenario
 
 
 def _overshoot(i: int, queue_ms: int) -> int:
-    w = world(Random(f"outside:{i}"), external=(0.5, 1.2))
+    w = harness_world("outside", i)
     if queue_ms:
         w["availability"] = {"max_queue_ms": queue_ms}
     sc = parse_scenario(w)

@@ -20,7 +20,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gridroute.core import Policy
-from gridroute.sim.compare import Comparison, SiteDiff, compare, world
+from gridroute.sim.compare import Comparison, SiteDiff, compare, harness_world, world
 from gridroute.sim.engine import SimRun
 from gridroute.sim.scenario import Scenario, parse_scenario
 
@@ -30,7 +30,7 @@ SHORT = {"duration_s": 10.0, "max_clients": 160}
 
 def _outside(world_id: int) -> Scenario:
     """The harness's outside-load world `world_id` (`bench/bench_differential.py`)."""
-    return parse_scenario(world(Random(f"outside:{world_id}"), external=(0.5, 1.2)))
+    return parse_scenario(harness_world("outside", world_id))
 
 
 def _judged(sc: Scenario, site: str) -> tuple[Comparison, SiteDiff]:
@@ -79,7 +79,7 @@ def test_regression_a_one_slot_site_shared_by_seven_gateways() -> None:
     it, and rounded up while the gateway had whole room elsewhere, two gateways took the
     slot at once (818 requests, 6 overshoots, against the seed rule's 828). A fraction
     is now rounded up only where the gateway has no whole budget left."""
-    sc = parse_scenario(world(Random("own:43"), external=(0.0, 0.0), broken=False))
+    sc = parse_scenario(harness_world("own", 43))
     (c,) = compare(sc, BOTH)
     served = {p: r["requests"] for p, r in c.rows.items()}
     assert served["gridroute"] >= served["saturation"], served
@@ -265,7 +265,7 @@ def test_past_capacity_does_not_explain_a_run_that_leaves_slots_idle() -> None:
     requests where the free slots take 5,220 and queues 865 request-seconds, where its
     17 excess clients force 153; the old bound on the count of requests that found a
     site full (240, bound 842) named s5 `past_capacity`."""
-    spec = world(Random("outside:5"), external=(0.5, 1.2))
+    spec = harness_world("outside", 5)
     spec["availability"] = {"local_accounting": False}
     c, d = _judged(parse_scenario(spec), "s5")
     assert d.departure == "unexplained", c.as_dict()
@@ -1138,7 +1138,7 @@ def test_the_floors_keep_gateways_off_a_small_sites_last_slots(clients: int) -> 
     that borrowed it as the seed's two-site rule does (tried and reverted, BENCHMARKS.md)
     overshot it 15 times at 16 clients on this stream and served fewer than the seed
     (721 to 731): gridroute must overshoot no more than the seed and serve no fewer."""
-    spec = world(Random("outside:2048"), external=(0.5, 1.2))
+    spec = harness_world("outside", 2048)
     spec["clients"] = [clients]
     (c,) = compare(parse_scenario(spec), BOTH)
     ours, seed = c.rows["gridroute"], c.rows["saturation"]

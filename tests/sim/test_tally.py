@@ -4,12 +4,10 @@ a scrape that a live grid's metrics would show."""
 
 from __future__ import annotations
 
-from random import Random
-
 import pytest
 
 from gridroute.core import Policy
-from gridroute.sim.compare import world
+from gridroute.sim.compare import harness_world
 from gridroute.sim.engine import SimRun
 from gridroute.sim.scenario import parse_scenario
 from gridroute.sim.tally import Tally
@@ -35,7 +33,7 @@ def test_past_capacity_the_integral_is_what_the_excess_forces() -> None:
     """Outside-load world 5 at 399 clients for 116 free slots: the 283 excess clients
     queue the whole 9 s span, 2,547 request-seconds, and the integral reads exactly
     that; the sample once a scrape read 2,602 (5 % of the free slot-time too much)."""
-    w = world(Random("outside:5"), external=(0.5, 1.2))
+    w = harness_world("outside", 5)
     row = SimRun(parse_scenario(w), Policy.GRIDROUTE, 399).run().row
     assert row["queued_s"] == pytest.approx((399 - 116) * 9.0, abs=1.0)
     assert row["queue_s"] > row["queued_s"]

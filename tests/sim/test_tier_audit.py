@@ -10,20 +10,17 @@ of gridroute's picks over `bench/bench_differential.py`'s outside-load worlds 0-
 
 from __future__ import annotations
 
-from random import Random
-
 import pytest
 
 from gridroute.core import Policy
-from gridroute.sim.compare import compare, world
+from gridroute.sim.compare import compare, harness_world
 from gridroute.sim.engine import SimRun
 from gridroute.sim.scenario import parse_scenario
 from gridroute.sim.tier_audit import OWN_PART, SKIP
 
 
 def _run(kind: str, i: int, queue_ms: int = 0) -> dict[str, int]:
-    external = (0.0, 0.0) if kind == "own" else (0.5, 1.2)
-    w = world(Random(f"{kind}:{i}"), external=external, broken=kind != "own")
+    w = harness_world(kind, i)
     if queue_ms:
         w["availability"] = {"max_queue_ms": queue_ms}
     sc = parse_scenario(w)
@@ -62,7 +59,7 @@ def test_an_over_full_sites_part_is_still_taken_before_a_borrow() -> None:
 
 
 def test_only_gridroutes_runs_are_audited_and_only_when_asked() -> None:
-    sc = parse_scenario(world(Random("outside:14"), external=(0.5, 1.2)))
+    sc = parse_scenario(harness_world("outside", 14))
     (c,) = compare(sc, [Policy.GRIDROUTE, Policy.SATURATION], audit=True)
     assert "tier_rule" in c.rows["gridroute"] and "tier_rule" not in c.rows["saturation"]
     plain = SimRun(sc, Policy.GRIDROUTE, sc.client_counts[0]).run().row

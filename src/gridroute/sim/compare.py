@@ -1306,6 +1306,18 @@ def _noise(share: float, requests: int) -> float:
     return 3.0 * math.sqrt(max(share * (1.0 - share), 0.25 / requests) / requests)
 
 
+def harness_world(kind: str, i: int) -> dict[str, Any]:
+    """World `i` of `bench/bench_differential.py`'s `kind`: "own" (all load gridroute's,
+    no failed scrapes) or "outside" (50-120 % of each site's slots held from outside).
+    World `i` is the same whatever range draws it, so the numbers the tests, docs and
+    BENCHMARKS.md cite name one world everywhere."""
+    if kind == "own":
+        return world(Random(f"own:{i}"), external=(0.0, 0.0), broken=False)
+    if kind == "outside":
+        return world(Random(f"outside:{i}"), external=(0.5, 1.2))
+    raise ValueError(f"a harness world is 'own' or 'outside', not {kind!r}")
+
+
 def world(
     rng: Random,
     external: tuple[float, float] = (0.0, 1.2),
