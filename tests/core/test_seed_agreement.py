@@ -28,6 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gridroute.core import Decision, OwnLoad, Policy, Snapshot, decide, view
+from gridroute.core.settings import AvailabilitySettings
 from gridroute.sim.tier_audit import NOT_TIERED, OWN_PART, SKIP, tier, tier_skip
 
 from .seed_worlds import MODEL, NOW, World, WorldSite, shares, snapshot, worlds
@@ -50,7 +51,8 @@ def tier_skips(snap: Snapshot, own: OwnLoad, n: int, seed: int) -> Iterator[tupl
         counts = dict(own.counts)
         d = decide(snap, MODEL, rng, Policy.GRIDROUTE, own.counts, can_hold=False)
         if d.view is not None and d.path not in NOT_TIERED:
-            verdict = tier_skip(plan.healthy, counts, {}, d.view.key, snap.settings.shedding)
+            cfg = snap.settings
+            verdict = tier_skip(plan.healthy, counts, {}, d.view.key, cfg.shedding, cfg.fair_share)
             if verdict == SKIP:
                 tiers = {v.site: tier(v, counts.get(v.key, 0)) for v in plan.healthy if v.loaded}
                 yield (d, f"{d.path} chose {d.view.site}, tiers {tiers}")
@@ -72,6 +74,24 @@ def test_gridroute_never_skips_a_tier_with_room_between_samples(world: World, se
     over-full site (its part of the ceiling) then admits it where the estimate shows no
     room, and that site was drawn against sites with room within the budget."""
     snap, own = snapshot(world)
+    assert [why for _, why in tier_skips(snap, own, 60, seed)] == []
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(
+    world=worlds(finished=True),
+    seed=st.integers(0, 2**16),
+    fair_share=st.booleans(),
+    shedding=st.booleans(),
+)
+def test_gridroute_never_skips_a_tier_with_room_under_other_settings(
+    world: World, seed: int, fair_share: bool, shedding: bool
+) -> None:
+    """Rule 1 with fair share or shedding switched: without fair share there are no
+    budgets, so every site with room is admissible (`tier_audit.granted` reads it so);
+    with shedding on nothing past a budget is sent."""
+    cfg = AvailabilitySettings(fair_share=fair_share, shedding=shedding)
+    snap, own = snapshot(world, cfg)
     assert [why for _, why in tier_skips(snap, own, 60, seed)] == []
 
 
@@ -110,6 +130,9 @@ def test_the_tier_audit_names_the_own_part_before_a_borrow_and_a_skip() -> None:
     past = {**now, "a/p": 2}
     assert tier_skip(plan.healthy, past, {}, "b/p", False) == OWN_PART
     assert tier_skip(plan.healthy, past, {}, "b/p", True) is None
+    # With fair share off there are no budgets: `a` has room, so it is admissible.
+    assert tier_skip(plan.healthy, past, {}, "b/p", False, fair_share=False) == SKIP
+    assert tier_skip(plan.healthy, past, {}, "b/p", True, fair_share=False) == SKIP
 
 
 def test_regression_borrowing_takes_queue_free_sites_first() -> None:

@@ -354,7 +354,7 @@ class SimRun:
         healthy = [v for v in plan.healthy if v.key not in ejected]
         s = snap.settings
         counts = gw.own.counts if s.local_accounting else {v.key: v.own_at_sample for v in healthy}
-        verdict = tier_skip(healthy, counts, gw.own.peaks, key, s.shedding)
+        verdict = tier_skip(healthy, counts, gw.own.peaks, key, s.shedding, s.fair_share)
         self.tally.tier_rule[verdict or "kept"] += 1
 
     def _do(self, gw: SimGateway, req: SimRequest, step: Step, t: float) -> None:

@@ -51,10 +51,14 @@ SKIP = "skip"
 """A lower tier had room this gateway may admit into: the rule broken."""
 
 
-def granted(v: SiteView, mine: int, peaks: Mapping[str, int]) -> bool:
+def granted(v: SiteView, mine: int, peaks: Mapping[str, int], fair_share: bool = True) -> bool:
     """Whether the budgets grant this gateway one more request at `v`: its budget, the
     fraction granted, or (with an admission queue, and only where the estimate shows
-    room, as `decide` reads it) what it held there since the sample (`SiteView.refills`)."""
+    room, as `decide` reads it) what it held there since the sample (`SiteView.refills`).
+    With `fair_share` off there are no budgets: `decide` admits wherever the estimate
+    shows room, so that is what is granted."""
+    if not fair_share:
+        return v.has_room(mine)
     if mine + 1 <= max(v.budget, v.budget_up):
         return True
     return v.has_room(mine) and v.refills(mine, peaks.get(v.key, 0))
@@ -74,9 +78,11 @@ def tier_skip(
     peaks: Mapping[str, int],
     chosen: str,
     shedding: bool,
+    fair_share: bool = True,
 ) -> str | None:
     """None where the pick of `chosen` among `healthy` keeps the seed's tier order, else
-    `OWN_PART` or `SKIP` (module docstring). Sites without a load reading have no tier."""
+    `OWN_PART` or `SKIP` (module docstring), under the gateway's `shedding` and
+    `fair_share` settings. Sites without a load reading have no tier."""
     tiers: dict[str, int] = {}
     admissible: list[int] = []
     parts: list[int] = []  # tiers of the sites without room that the budgets grant
@@ -85,7 +91,7 @@ def tier_skip(
             continue
         mine = counts.get(v.key, 0)
         t = tiers[v.key] = tier(v, mine)
-        if granted(v, mine, peaks):
+        if granted(v, mine, peaks, fair_share):
             (admissible if t <= 1 else parts).append(t)
     if chosen not in tiers:
         return None
