@@ -313,6 +313,11 @@ def test_past_capacity_does_not_explain_a_run_that_leaves_slots_idle() -> None:
         # under one slot of every gateway's part, so the floors leave it unused and the
         # other site takes all (the seed sent the small one 18 % and overshot it 8 times).
         (629, "s1", "knock_on"),
+        # The same at 6 gateways and 4 clients, where the loss went to a fuller site
+        # mostly held from outside (s1, 90 %): the floors are budgets, which no ranking
+        # moves (`_floored`), so the loss is named for them (the seed sent s0 23 %).
+        (2048, "s0", "fair_share"),
+        (2048, "s1", "knock_on"),
         # Five gateways, 132 clients: a site 67 % held from outside, where the ranking
         # weighs the other gateways' load about half way to whole, left the fullest as
         # it is (0.976 against 0.949) but the emptiest as the gateways read it (0.857

@@ -16,7 +16,9 @@ independent draws) is named by the rule that explains it where one does (`depart
   gridroute's loads (`_fullest`);
 * `fair_share` (several gateways, gridroute sent less, no overshoot of its own there,
   and no site mostly held from outside that it sent more to left fuller than this one,
-  `_toward_fuller`): each gateway keeps to its part of the site's free room;
+  `_toward_fuller`, unless under capacity the site's free slots are under one slot of
+  every gateway's part and gridroute left it unused, `_floored`): each gateway keeps
+  to its part of the site's free room;
 * `share_ranked` (several gateways, gridroute sent more, the site at most 60 % held from
   outside, or past that, where no other rule names the gain, left the fullest with room
   as it is, with no more than the pairs it wins as the gateways' ranking reads it,
@@ -355,7 +357,10 @@ def _compare(
                 delta < 0
                 and several
                 and over[ours] == 0
-                and not _toward_fuller(sc, name, shares[ours], gained, rows[ours], clients)
+                and (
+                    not _toward_fuller(sc, name, shares[ours], gained, rows[ours], clients)
+                    or _floored(sc, name, shares[ours], clients)
+                )
             ):
                 departure = FAIR_SHARE
             elif delta > 0 and several and _outside(sc, name) <= SHARE_RANKED_OUTSIDE:
@@ -771,6 +776,24 @@ def _other(room: list[str], site: str) -> str | None:
     return next((r for r in room if r != site), None)
 
 
+def _floored(sc: Scenario, site: str, share: float, clients: int) -> bool:
+    """Whether `site`'s free slots give every gateway less than one whole slot of its
+    part, under capacity, and gridroute left it unused (`share` of `clients` under one
+    request in flight there on average): the floors of the budgets (`GridState._whole`:
+    a fraction is taken only where no site of the tier has whole room, since a fraction
+    granted is one every gateway sharing the site may take at once) keep it so while
+    another site has room. The condition reads the world (slots, held load, the
+    gateways' parts), and the floors are budgets, which no ranking moves: a ranking that
+    misreads outside load is not hidden by it, even where the loss went to a fuller site
+    (world 2048: 6 gateways, 4 clients; s0's 3 free slots are 0.1-0.9 of a slot per
+    gateway, so every request went to s1, 90 % held, where the seed sent s0 23 %)."""
+    return (
+        clients <= _free_total(sc)
+        and share * clients < 1.0
+        and max(sc.gateway_shares) * _free(sc, site) < 1.0
+    )
+
+
 def _floored_other(
     sc: Scenario,
     room: list[str],
@@ -797,7 +820,6 @@ def _floored_other(
     if len(room) != 2:
         return diffs
     by_site = {d.site: d for d in diffs}
-    parts = sc.gateway_shares
     out = []
     for d in diffs:
         other = by_site.get(_other(room, d.site) or "")
@@ -808,8 +830,7 @@ def _floored_other(
             and d.delta > 0
             and d.overshoot[ours] == 0
             and other.departure in (SEED_OVERSHOOTS, FAIR_SHARE)
-            and other.shares[ours] * clients < 1.0
-            and max(parts) * _free(sc, other.site) < 1.0
+            and _floored(sc, other.site, other.shares[ours], clients)
             and abs(d.delta + other.delta) <= tolerance
         ):
             d = SiteDiff(d.site, d.shares, d.overshoot, d.delta, KNOCK_ON)
