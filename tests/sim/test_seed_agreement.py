@@ -1134,6 +1134,31 @@ def test_level_is_read_only_where_the_seeds_pairs_can_reach_it() -> None:
     assert not _reachable(sc, four, level_shares(sc, four, 30))
 
 
+@pytest.mark.parametrize(
+    ("world_id", "site", "clients", "availability", "floored"),
+    [
+        (2048, "s0", 4, {}, True),  # 1 client of 4 at each busy gateway: 0.75 of a slot
+        # 2 clients at 2 of 6 gateways: 1.5 slots each, which the nominal split (0.31 of
+        # the clients at most, 0.92 of a slot) misread as floored (review)
+        (2048, "s0", 2, {}, False),
+        (2048, "s0", 4, {"fair_share": False}, False),  # no budgets, no floors
+        (497, "s1", 3, {}, False),  # 3 clients over 8 gateways: a third of 4 free slots
+        (2048, "s0", 200, {}, False),  # past capacity
+    ],
+)
+def test_the_floors_are_read_on_the_clients_each_gateway_holds(
+    world_id: int, site: str, clients: int, availability: dict[str, bool], floored: bool
+) -> None:
+    """`compare._floored` names a loss toward a fuller site only where the budgets'
+    floors explain it, read on the clients as the run splits them over the gateways."""
+    from gridroute.sim.compare import _floored
+
+    spec = harness_world("outside", world_id)
+    spec["clients"] = [clients]
+    spec["availability"] = availability
+    assert _floored(parse_scenario(spec), site, 0.0, clients) is floored
+
+
 @pytest.mark.parametrize("clients", [4, 12, 16])
 def test_the_floors_keep_gateways_off_a_small_sites_last_slots(clients: int) -> None:
     """World 2048 (two sites: 3 free slots of 8 beside 16 of 153, 90 % held; 6

@@ -114,7 +114,7 @@ from typing import Any
 from gridroute.core.select import Policy, two_site_share
 from gridroute.core.settings import AvailabilitySettings
 from gridroute.core.view import others_weight
-from gridroute.sim.engine import RunResult, SimRun
+from gridroute.sim.engine import RunResult, SimRun, split
 from gridroute.sim.scenario import ClientsEvent, MetricsDownEvent, Scenario, ScenarioSite
 
 TOLERANCE = 0.05
@@ -777,20 +777,32 @@ def _other(room: list[str], site: str) -> str | None:
 
 
 def _floored(sc: Scenario, site: str, share: float, clients: int) -> bool:
-    """Whether `site`'s free slots give every gateway less than one whole slot of its
-    part, under capacity, and gridroute left it unused (`share` of `clients` under one
-    request in flight there on average): the floors of the budgets (`GridState._whole`:
-    a fraction is taken only where no site of the tier has whole room, since a fraction
-    granted is one every gateway sharing the site may take at once) keep it so while
-    another site has room. The condition reads the world (slots, held load, the
-    gateways' parts), and the floors are budgets, which no ranking moves: a ranking that
-    misreads outside load is not hidden by it, even where the loss went to a fuller site
-    (world 2048: 6 gateways, 4 clients; s0's 3 free slots are 0.1-0.9 of a slot per
-    gateway, so every request went to s1, 90 % held, where the seed sent s0 23 %)."""
+    """Whether the budgets' floors explain why gridroute left `site` unused (`share` of
+    `clients` under one request in flight there on average): fair share is on, the
+    world is under capacity (so another site has room), and the site's free slots give
+    every gateway less than one whole slot of its part. A gateway's part is its share of
+    the gateways' in-flight: its whole clients over all of them (as the run splits them,
+    `engine.split`; the nominal split understates it by up to one client), and at least
+    `fair_share_floor`. A fraction is taken only where no site of the tier has whole
+    room (`GridState._whole`: a fraction granted is one every gateway sharing the site
+    may take at once), so such a site is floored to none while another has room.
+
+    The condition reads the world (slots, held load, the clients each gateway holds),
+    and the floors are budgets, which no ranking moves: a ranking that misreads outside
+    load is not hidden by it, even where the loss went to a fuller site (world 2048: 6
+    gateways, 4 clients; s0's 3 free slots are 0.75 of a slot for each gateway with a
+    client, so every request went to s1, 90 % held, where the seed sent s0 23 %). Found
+    by review: on the nominal split, world 2048 at 2 clients (0.5 of the clients at
+    each of two gateways, 1.5 slots each) or world 497 (3 clients over 8 gateways)
+    read floored, and a defect that left the site unused there was named."""
+    a = sc.availability
+    if not a.fair_share or clients <= 0:
+        return False
+    busiest = max(split(clients, sc.gateway_shares)) / clients
     return (
         clients <= _free_total(sc)
         and share * clients < 1.0
-        and max(sc.gateway_shares) * _free(sc, site) < 1.0
+        and max(busiest, a.fair_share_floor) * _free(sc, site) < 1.0
     )
 
 
@@ -804,19 +816,19 @@ def _floored_other(
 ) -> list[SiteDiff]:
     """With exactly two sites with room, a gain at one (no overshoot of gridroute's
     there) that the other's loss, already named (`seed_overshoots` or `fair_share`),
-    gave up within the tolerance, where that other site's free slots give every
-    gateway less than one whole slot of its part: each gateway's budget there is
-    floored to none while this site has room (`GridState._whole`: a fraction granted
-    is one every gateway sharing the site may take at once), so gridroute leaves it
-    unused (less than one of its requests there on average) and this site takes all.
-    `knock_on`, however much of this site outside load holds: there is nowhere else.
+    gave up within the tolerance, where the floors explain that loss (`_floored`: under
+    capacity, fair share on, the other site's free slots under one whole slot of every
+    gateway's part): each gateway's budget there is floored to none while this site
+    has room, so gridroute leaves it unused (less than one of its requests there on
+    average) and this site takes all. `knock_on`, however much of this site outside
+    load holds: there is nowhere else.
 
-    Why: world 629 (6 gateways, 10 clients): s0's 3 free slots are 0.17-0.72 of a slot
-    per gateway, so gridroute sent every request to s1 (61 % held), where the seed sent
-    82 % and overshot s0 8 times. The condition reads the world (slots, held load, the
-    gateways' parts), and the floors are budgets, which no ranking moves: a ranking
-    that misreads outside load is not hidden by it. (A bug that left such a site
-    unused otherwise would read the same in the shares.)"""
+    Why: world 629 (6 gateways, 10 clients): s0's 3 free slots are 0.3-0.6 of a slot
+    per gateway (1-2 clients each), so gridroute sent every request to s1 (61 % held),
+    where the seed sent 82 % and overshot s0 8 times. The condition reads the world
+    (slots, held load, the clients each gateway holds), and the floors are budgets,
+    which no ranking moves: a ranking that misreads outside load is not hidden by it.
+    (A bug that left such a site unused otherwise would read the same in the shares.)"""
     if len(room) != 2:
         return diffs
     by_site = {d.site: d for d in diffs}
