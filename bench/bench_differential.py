@@ -71,14 +71,13 @@ Moved = tuple[str, str, bool]
 def _shaped(w: dict[str, Any]) -> dict[str, Any]:
     """World `w` with `--clients-times` times its clients, `--max-queue-ms` and
     `--service` set."""
-    times = _SHAPE.get("times", 1.0)
-    if times != 1.0:
-        w["clients"] = [max(1, round(n * times)) for n in w["clients"]]
-    queue = _SHAPE.get("queue_ms", 0.0)
-    if queue:
-        w["availability"] = {"max_queue_ms": int(queue)}
-    if _SERVICE:
-        w["service"] = {"distribution": _SERVICE[0]}
+    shape = _SHAPE[0]
+    if shape.times != 1.0:
+        w["clients"] = [max(1, round(n * shape.times)) for n in w["clients"]]
+    if shape.queue_ms:
+        w["availability"] = {"max_queue_ms": shape.queue_ms}
+    if shape.service != "constant":
+        w["service"] = {"distribution": shape.service}
     return w
 
 
@@ -156,15 +155,20 @@ _DEFECT: list[str] = []
 """The defect this process runs gridroute with (`_set_defect`), empty for none."""
 
 
-_SHAPE: dict[str, float] = {}
-"""This process's `--clients-times` (`times`) and `--max-queue-ms` (`queue_ms`); its
-`--service` is `_SERVICE`."""
-
-
-_SERVICE: list[str] = []
-"""This process's `--service`, empty for the drawn worlds' constant time."""
-
 SERVICES = ("constant", "exponential", "lognormal")
+
+
+class Shape(NamedTuple):
+    """How each world is shaped: `--clients-times`, `--max-queue-ms` and `--service`
+    (the defaults leave the drawn world as it is)."""
+
+    times: float = 1.0
+    queue_ms: int = 0
+    service: str = "constant"
+
+
+_SHAPE: list[Shape] = [Shape()]
+"""This process's shape (`_set_defect`)."""
 
 
 def _set_defect(
@@ -173,8 +177,7 @@ def _set_defect(
     """Process initializer: every worker runs gridroute with the same defect, the same
     factor on each world's clients, the same admission queue and service times."""
     _DEFECT[:] = [defect] if defect else []
-    _SHAPE.update(times=times, queue_ms=queue_ms)
-    _SERVICE[:] = [] if service == "constant" else [service]
+    _SHAPE[0] = Shape(times, queue_ms, service)
 
 
 @contextlib.contextmanager
