@@ -16,7 +16,7 @@ import openai
 import pytest
 import yaml
 
-from tests.gateway.processes import Proc, http, wait_for
+from tests.gateway.processes import START_S, Proc, http, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +68,7 @@ class Grid:
             proc = Proc(["operator", "--config", str(path)], wait=False)
             self.procs.append(proc)
             url = f"http://127.0.0.1:{ports[site]}"
-            wait_for(lambda url=url: http("GET", url + "/healthz")[0] == 200)
+            wait_for(lambda url=url: http("GET", url + "/healthz")[0] == 200, START_S)
         gw = {
             "listen": "127.0.0.1:0",
             "local_site": "hub",

@@ -20,11 +20,15 @@ from typing import Any
 
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
+START_S = 20.0
+"""How long a process may take to start (say it listens, or answer its health check):
+the interpreter and its imports, on a shared machine running the suite beside it."""
+
 
 class Proc:
     """A running `gridroute` process and the first URL it said it listens on."""
 
-    def __init__(self, args: list[str], timeout: float = 20.0, wait: bool = True) -> None:
+    def __init__(self, args: list[str], timeout: float = START_S, wait: bool = True) -> None:
         exe = str(Path(sys.executable).with_name("gridroute"))
         self.popen = subprocess.Popen(
             [exe, *args],

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.gateway.processes import Proc, free_port, http, running, wait_for
+from tests.gateway.processes import START_S, Proc, free_port, http, running, wait_for
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
 HELD = 16
@@ -48,7 +48,7 @@ def test_two_workers_share_the_port_and_each_counts_as_one_gateway(tmp_path: Pat
         operator = Proc(["operator", "--config", str(tmp_path / "op.yaml")], wait=False)
         try:
             op_url = f"http://127.0.0.1:{op_port}"
-            wait_for(lambda: http("GET", op_url + "/healthz")[0] == 200)
+            wait_for(lambda: http("GET", op_url + "/healthz")[0] == 200, START_S)
             gw_cfg = {
                 "listen": "127.0.0.1:0",  # the parent reserves one port for both workers
                 "workers": 2,
